@@ -1,0 +1,59 @@
+package main
+
+import (
+	"context"
+	"io"
+
+	"github.com/spf13/cobra"
+
+	"github.com/bgjobs/bgjobs"
+	"github.com/bgjobs/bgjobs/app"
+)
+
+// run is the whole program, testable with its own args, environment and
+// output.
+func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
+	root := &cobra.Command{
+		Use:           "bgjobs",
+		Short:         "Background work for AI agents, reported back to the conversation that asked for it",
+		SilenceUsage:  true,
+		SilenceErrors: true,
+	}
+	root.SetArgs(args)
+	root.SetOut(stdout)
+	root.SetErr(stderr)
+	root.AddCommand(processCmd(ctx, "serve", "Run the HTTP API, the workers and the reconciler", app.ModeServe, getenv, stdout))
+	root.AddCommand(processCmd(ctx, "worker", "Run workers and the reconciler only, against a shared REDIS_URL", app.ModeWorker, getenv, stdout))
+	return root.ExecuteContext(ctx)
+}
+
+// processCmd builds serve or worker: configuration from the environment,
+// with flags winning over variables.
+func processCmd(ctx context.Context, name, short string, mode app.Mode, getenv func(string) string, stdout io.Writer) *cobra.Command {
+	var addr, redisURL, dataDir string
+	cmd := &cobra.Command{
+		Use:   name,
+		Short: short,
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			cfg, err := bgjobs.Load(getenv)
+			if err != nil {
+				return err
+			}
+			if cmd.Flags().Changed("addr") {
+				cfg.Addr = addr
+			}
+			if cmd.Flags().Changed("redis-url") {
+				cfg.RedisURL = redisURL
+			}
+			if cmd.Flags().Changed("data-dir") {
+				cfg.DataDir = dataDir
+			}
+			return app.Run(ctx, cfg, mode, stdout, app.Options{})
+		},
+	}
+	cmd.Flags().StringVar(&addr, "addr", bgjobs.AddrDefault, "listen address (BGJOBS_ADDR)")
+	cmd.Flags().StringVar(&redisURL, "redis-url", "", "Redis URL: redis://, rediss://, redis-sentinel:// (REDIS_URL); empty: embedded")
+	cmd.Flags().StringVar(&dataDir, "data-dir", bgjobs.DataDirDefault, "search index directory (BGJOBS_DATA_DIR)")
+	return cmd
+}

@@ -1,0 +1,241 @@
+package bgjobs
+
+import (
+	"cmp"
+	"fmt"
+	"net"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Defaults for Config. Exported so embedders and docs name the same values.
+const (
+	AddrDefault              = "127.0.0.1:8080"
+	DataDirDefault           = "./data"
+	TurnConcurrencyDefault   = 3
+	WorkConcurrencyDefault   = 10
+	BatchJoinTimeoutDefault  = 900 * time.Second
+	SummaryCharsDefault      = 2000
+	TurnTimeoutDefault       = 30 * time.Minute
+	ResumeCoalesceDefault    = 250 * time.Millisecond
+	RetentionDefault         = 7 * 24 * time.Hour
+	ReconcileIntervalDefault = 30 * time.Second
+	ShutdownTimeoutDefault   = 10 * time.Second
+	NamespaceDefault         = "bgjobs"
+	PollIntervalDefault      = 50 * time.Millisecond
+)
+
+// Config is everything a bgjobs process reads at start. Load reads it from
+// the environment; flags override single fields afterwards.
+type Config struct {
+	// Addr is the HTTP listen address. Defaults to AddrDefault.
+	Addr string
+	// RedisURL selects the Redis server (redis://, rediss://,
+	// redis-sentinel://). Empty means an embedded, in-memory miniredis.
+	RedisURL string
+	// DataDir is where the search index lives. Defaults to DataDirDefault.
+	DataDir string
+	// APIKeys maps an agent key to its agent name.
+	APIKeys map[string]string
+	// AdminKey may act for any agent and manage agents. Empty: no admin.
+	AdminKey string
+	// TurnConcurrency caps turn jobs running at once across all processes.
+	// Defaults to TurnConcurrencyDefault.
+	TurnConcurrency int
+	// WorkConcurrency is how many work jobs one process runs at once.
+	// Defaults to WorkConcurrencyDefault.
+	WorkConcurrency int
+	// AutoResume turns push-resume on. Defaults to true.
+	AutoResume bool
+	// BatchJoinTimeout is the straggler timeout of a batch join. Defaults to
+	// BatchJoinTimeoutDefault.
+	BatchJoinTimeout time.Duration
+	// SummaryChars caps a turn report inside a notification. Defaults to
+	// SummaryCharsDefault.
+	SummaryChars int
+	// TurnTimeout is the longest a turn job may run. Defaults to
+	// TurnTimeoutDefault.
+	TurnTimeout time.Duration
+	// ResumeCoalesce is the storm-guard window for resumes. Defaults to
+	// ResumeCoalesceDefault.
+	ResumeCoalesce time.Duration
+	// Retention is how long a job row is kept after it was notified. Unread
+	// rows never expire. Defaults to RetentionDefault.
+	Retention time.Duration
+	// ReconcileInterval is how often the reconciler sweeps. Defaults to
+	// ReconcileIntervalDefault.
+	ReconcileInterval time.Duration
+	// ShutdownTimeout bounds a graceful stop: running jobs get this long to
+	// finish before they are handed back to the queue. Defaults to
+	// ShutdownTimeoutDefault.
+	ShutdownTimeout time.Duration
+	// Namespace prefixes every Redis key bgjobs owns, so several
+	// deployments (or tests) can share one Redis database. Defaults to
+	// NamespaceDefault.
+	Namespace string
+	// PollInterval is how often an idle asynq worker looks for a task; it
+	// bounds pickup latency on an idle system. Defaults to
+	// PollIntervalDefault.
+	PollInterval time.Duration
+}
+
+// WithDefaults returns a copy of c with every zero field set to its default.
+// AutoResume has no zero-value default; Load sets it.
+func (c Config) WithDefaults() Config {
+	c.Addr = cmp.Or(c.Addr, AddrDefault)
+	c.DataDir = cmp.Or(c.DataDir, DataDirDefault)
+	c.TurnConcurrency = cmp.Or(c.TurnConcurrency, TurnConcurrencyDefault)
+	c.WorkConcurrency = cmp.Or(c.WorkConcurrency, WorkConcurrencyDefault)
+	c.BatchJoinTimeout = cmp.Or(c.BatchJoinTimeout, BatchJoinTimeoutDefault)
+	c.SummaryChars = cmp.Or(c.SummaryChars, SummaryCharsDefault)
+	c.TurnTimeout = cmp.Or(c.TurnTimeout, TurnTimeoutDefault)
+	c.Retention = cmp.Or(c.Retention, RetentionDefault)
+	c.ReconcileInterval = cmp.Or(c.ReconcileInterval, ReconcileIntervalDefault)
+	c.ShutdownTimeout = cmp.Or(c.ShutdownTimeout, ShutdownTimeoutDefault)
+	c.Namespace = cmp.Or(c.Namespace, NamespaceDefault)
+	c.PollInterval = cmp.Or(c.PollInterval, PollIntervalDefault)
+	return c
+}
+
+// Validate reports the first field that cannot work, by its variable name.
+func (c Config) Validate() error {
+	if _, _, err := net.SplitHostPort(c.Addr); err != nil {
+		return FieldError("BGJOBS_ADDR", "not host:port: %v", err)
+	}
+	if c.TurnConcurrency < 1 {
+		return FieldError("BGJOBS_TURN_CONCURRENCY", "must be at least 1")
+	}
+	if c.WorkConcurrency < 1 {
+		return FieldError("BGJOBS_WORK_CONCURRENCY", "must be at least 1")
+	}
+	if c.SummaryChars < 100 {
+		return FieldError("BGJOBS_SUMMARY_CHARS", "must be at least 100")
+	}
+	if c.Retention < 10*time.Minute {
+		// A repeated drain re-reads notified rows for 10 minutes.
+		return FieldError("BGJOBS_RETENTION", "must be at least 10m")
+	}
+	if !c.OpenMode() {
+		return nil
+	}
+	if !IsLoopbackAddr(c.Addr) {
+		return FieldError("BGJOBS_ADDR", "refusing to listen on non-loopback %s without BGJOBS_API_KEYS or BGJOBS_ADMIN_KEY", c.Addr)
+	}
+	return nil
+}
+
+// OpenMode reports whether no key is configured: every request then acts as
+// agent "default", which is allowed on loopback only.
+func (c Config) OpenMode() bool { return len(c.APIKeys) == 0 && c.AdminKey == "" }
+
+// IsLoopbackAddr reports whether a listen address binds loopback only.
+// An empty host binds every interface, so it is not loopback.
+func IsLoopbackAddr(addr string) bool {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil || host == "" {
+		return false
+	}
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}
+
+// Load reads the configuration from the environment through getenv, so tests
+// pass their own map instead of mutating the process environment.
+func Load(getenv func(string) string) (Config, error) {
+	c := Config{
+		Addr:      getenv("BGJOBS_ADDR"),
+		RedisURL:  getenv("REDIS_URL"),
+		DataDir:   getenv("BGJOBS_DATA_DIR"),
+		AdminKey:  getenv("BGJOBS_ADMIN_KEY"),
+		Namespace: getenv("BGJOBS_NAMESPACE"),
+	}
+	keys, err := parseAPIKeys(getenv("BGJOBS_API_KEYS"))
+	if err != nil {
+		return c, err
+	}
+	c.APIKeys = keys
+	ints := []struct {
+		name string
+		dst  *int
+	}{
+		{"BGJOBS_TURN_CONCURRENCY", &c.TurnConcurrency},
+		{"BGJOBS_WORK_CONCURRENCY", &c.WorkConcurrency},
+		{"BGJOBS_SUMMARY_CHARS", &c.SummaryChars},
+	}
+	for _, v := range ints {
+		if s := getenv(v.name); s != "" {
+			n, err := strconv.Atoi(s)
+			if err != nil {
+				return c, FieldError(v.name, "not an integer: %q", s)
+			}
+			*v.dst = n
+		}
+	}
+	durations := []struct {
+		name string
+		dst  *time.Duration
+	}{
+		{"BGJOBS_BATCH_JOIN_TIMEOUT", &c.BatchJoinTimeout},
+		{"BGJOBS_TURN_TIMEOUT", &c.TurnTimeout},
+		{"BGJOBS_RESUME_COALESCE", &c.ResumeCoalesce},
+		{"BGJOBS_RETENTION", &c.Retention},
+		{"BGJOBS_RECONCILE_INTERVAL", &c.ReconcileInterval},
+		{"BGJOBS_SHUTDOWN_TIMEOUT", &c.ShutdownTimeout},
+		{"BGJOBS_POLL_INTERVAL", &c.PollInterval},
+	}
+	for _, v := range durations {
+		if s := getenv(v.name); s != "" {
+			d, err := time.ParseDuration(s)
+			if err != nil || d < 0 {
+				return c, FieldError(v.name, "not a duration: %q", s)
+			}
+			*v.dst = d
+		}
+	}
+	c.AutoResume = true
+	if s := getenv("BGJOBS_AUTO_RESUME"); s != "" {
+		b, err := strconv.ParseBool(s)
+		if err != nil {
+			return c, FieldError("BGJOBS_AUTO_RESUME", "not a boolean: %q", s)
+		}
+		c.AutoResume = b
+	}
+	if getenv("BGJOBS_RESUME_COALESCE") == "" {
+		c.ResumeCoalesce = ResumeCoalesceDefault
+	}
+	return c.WithDefaults(), nil
+}
+
+// parseAPIKeys reads "agent:key,agent:key".
+func parseAPIKeys(s string) (map[string]string, error) {
+	keys := map[string]string{}
+	for pair := range strings.SplitSeq(s, ",") {
+		pair = strings.TrimSpace(pair)
+		if pair == "" {
+			continue
+		}
+		agent, key, ok := strings.Cut(pair, ":")
+		if !ok || key == "" || !ValidAgentName(agent) {
+			return nil, FieldError("BGJOBS_API_KEYS", "want agent:key pairs separated by commas, got %q", pair)
+		}
+		if _, dup := keys[key]; dup {
+			return nil, FieldError("BGJOBS_API_KEYS", "a key is given to two agents")
+		}
+		keys[key] = agent
+	}
+	return keys, nil
+}
+
+// String describes c without secrets, for the start-up log line.
+func (c Config) String() string {
+	redis := "embedded (in-memory, lost on exit)"
+	if c.RedisURL != "" {
+		redis = "external"
+	}
+	return fmt.Sprintf("addr=%s redis=%s namespace=%s agents_with_keys=%d admin=%t turn_concurrency=%d work_concurrency=%d",
+		c.Addr, redis, c.Namespace, len(c.APIKeys), c.AdminKey != "", c.TurnConcurrency, c.WorkConcurrency)
+}

@@ -1,0 +1,55 @@
+// Package bgjobs holds the domain vocabulary shared by every layer: the error
+// type with its codes, and the service configuration.
+package bgjobs
+
+import (
+	"errors"
+	"fmt"
+)
+
+// Error codes. Handlers map each to one HTTP status in one table; nothing else
+// decides a status code.
+const (
+	EInvalid         = "invalid_argument"
+	EUnauthenticated = "unauthenticated"
+	ENotFound        = "not_found"
+	EConflict        = "conflict"
+	ETooLarge        = "too_large"
+	ERateLimited     = "rate_limited"
+	EUnavailable     = "unavailable"
+	EInternal        = "internal"
+)
+
+// Error is the one error type that crosses package boundaries with a code a
+// client can act on. Field names the request field at fault, when one is.
+type Error struct {
+	Code    string
+	Message string
+	Field   string
+}
+
+func (e *Error) Error() string {
+	if e.Field != "" {
+		return fmt.Sprintf("%s: %s (field %s)", e.Code, e.Message, e.Field)
+	}
+	return e.Code + ": " + e.Message
+}
+
+// Errorf returns an *Error with the given code and a formatted message.
+func Errorf(code, format string, args ...any) *Error {
+	return &Error{Code: code, Message: fmt.Sprintf(format, args...)}
+}
+
+// FieldError returns an invalid_argument *Error naming the field at fault.
+func FieldError(field, format string, args ...any) *Error {
+	return &Error{Code: EInvalid, Message: fmt.Sprintf(format, args...), Field: field}
+}
+
+// ErrorCode returns the code of err, or EInternal when err carries none.
+func ErrorCode(err error) string {
+	var e *Error
+	if errors.As(err, &e) {
+		return e.Code
+	}
+	return EInternal
+}

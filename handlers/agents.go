@@ -1,0 +1,78 @@
+package handlers
+
+import (
+	"net/http"
+
+	"github.com/labstack/echo/v4"
+
+	"github.com/bgjobs/bgjobs"
+	"github.com/bgjobs/bgjobs/tasks"
+)
+
+type agentBody struct {
+	A2AURL        string            `json:"a2a_url"`
+	Resume        string            `json:"resume"`
+	WebhookURL    string            `json:"webhook_url"`
+	WebhookSecret string            `json:"webhook_secret"`
+	AutoResume    *bool             `json:"auto_resume"`
+	SubagentTypes map[string]string `json:"subagent_types"`
+}
+
+// redacted is what GET shows of an agent: never its webhook secret.
+func redacted(a *tasks.Agent) map[string]any {
+	auto := true
+	if a.AutoResume != nil {
+		auto = *a.AutoResume
+	}
+	secret := ""
+	if a.WebhookSecret != "" {
+		secret = "[redacted]"
+	}
+	types := a.SubagentTypes
+	if types == nil {
+		types = map[string]string{}
+	}
+	return map[string]any{
+		"name": a.Name, "a2a_url": a.A2AURL, "resume": a.Resume, "webhook_url": a.WebhookURL,
+		"webhook_secret": secret, "auto_resume": auto, "subagent_types": types,
+	}
+}
+
+func handlePutAgent(m *tasks.Manager) echo.HandlerFunc {
+	return func(c echo.Context) error {
+		name := c.Param("name")
+		if !bgjobs.ValidAgentName(name) {
+			return bgjobs.FieldError("name", "agent names are 1–64 characters of [a-z0-9_-]")
+		}
+		if !mayManage(c, name) {
+			return bgjobs.Errorf(bgjobs.ENotFound, "no agent %s", name)
+		}
+		var b agentBody
+		if err := decodeBody(c, &b); err != nil {
+			return err
+		}
+		a := &tasks.Agent{Name: name, A2AURL: b.A2AURL, Resume: b.Resume, WebhookURL: b.WebhookURL,
+			WebhookSecret: b.WebhookSecret, AutoResume: b.AutoResume, SubagentTypes: b.SubagentTypes}
+		if err := m.PutAgent(c.Request().Context(), a); err != nil {
+			return err
+		}
+		return c.JSON(http.StatusOK, redacted(a))
+	}
+}
+
+func handleGetAgent(m *tasks.Manager) echo.HandlerFunc {
+	return func(c echo.Context) error {
+		name := c.Param("name")
+		if !bgjobs.ValidAgentName(name) {
+			return bgjobs.FieldError("name", "agent names are 1–64 characters of [a-z0-9_-]")
+		}
+		if !mayManage(c, name) {
+			return bgjobs.Errorf(bgjobs.ENotFound, "no agent %s", name)
+		}
+		a, err := m.GetAgent(c.Request().Context(), name)
+		if err != nil {
+			return err
+		}
+		return c.JSON(http.StatusOK, redacted(a))
+	}
+}

@@ -1,0 +1,116 @@
+package handlers
+
+import (
+	"crypto/sha256"
+	"crypto/subtle"
+	"strings"
+
+	"github.com/labstack/echo/v4"
+
+	"github.com/bgjobs/bgjobs"
+)
+
+// OpenAgent is the agent every request acts as in open mode.
+const OpenAgent = "default"
+
+// caller is who a request acts for.
+type caller struct {
+	// agent is the agent the request is scoped to; "" for an admin key
+	// with no X-Bgjobs-Agent header.
+	agent string
+	// admin may manage any agent.
+	admin bool
+}
+
+const callerKey = "bgjobs.caller"
+
+// authenticator checks bearer keys. Keys are compared as SHA-256 digests in
+// constant time, against every configured key, so neither timing nor
+// length tells a guess how close it came.
+type authenticator struct {
+	open   bool
+	agents []keyEntry
+	admin  *[32]byte
+}
+
+type keyEntry struct {
+	sum   [32]byte
+	agent string
+}
+
+func newAuthenticator(cfg bgjobs.Config) *authenticator {
+	a := &authenticator{open: cfg.OpenMode()}
+	for key, agent := range cfg.APIKeys {
+		a.agents = append(a.agents, keyEntry{sha256.Sum256([]byte(key)), agent})
+	}
+	if cfg.AdminKey != "" {
+		sum := sha256.Sum256([]byte(cfg.AdminKey))
+		a.admin = &sum
+	}
+	return a
+}
+
+// resolve returns the caller of a presented key, or false.
+func (a *authenticator) resolve(key string) (caller, bool) {
+	sum := sha256.Sum256([]byte(key))
+	found := caller{}
+	ok := 0
+	for _, e := range a.agents {
+		if subtle.ConstantTimeCompare(sum[:], e.sum[:]) == 1 {
+			found, ok = caller{agent: e.agent}, 1
+		}
+	}
+	if a.admin != nil && subtle.ConstantTimeCompare(sum[:], a.admin[:]) == 1 {
+		found, ok = caller{admin: true}, 1
+	}
+	return found, ok == 1
+}
+
+// middleware authenticates every /v1 request and stores the caller.
+func (a *authenticator) middleware(next echo.HandlerFunc) echo.HandlerFunc {
+	return func(c echo.Context) error {
+		if a.open {
+			c.Set(callerKey, caller{agent: OpenAgent, admin: true})
+			return next(c)
+		}
+		h := c.Request().Header.Get("Authorization")
+		key, ok := strings.CutPrefix(h, "Bearer ")
+		if !ok || key == "" {
+			c.Response().Header().Set("WWW-Authenticate", `Bearer realm="bgjobs"`)
+			return bgjobs.Errorf(bgjobs.EUnauthenticated, "missing Authorization: Bearer <key>")
+		}
+		who, ok := a.resolve(strings.TrimSpace(key))
+		if !ok {
+			c.Response().Header().Set("WWW-Authenticate", `Bearer realm="bgjobs", error="invalid_token"`)
+			return bgjobs.Errorf(bgjobs.EUnauthenticated, "unknown key")
+		}
+		if as := c.Request().Header.Get("X-Bgjobs-Agent"); as != "" {
+			if !who.admin {
+				return bgjobs.FieldError("X-Bgjobs-Agent", "only the admin key may act for another agent")
+			}
+			if !bgjobs.ValidAgentName(as) {
+				return bgjobs.FieldError("X-Bgjobs-Agent", "agent names are 1–64 characters of [a-z0-9_-]")
+			}
+			who.agent = as
+		}
+		c.Set(callerKey, who)
+		return next(c)
+	}
+}
+
+// agentOf returns the agent a request is scoped to; an admin key must name
+// one with X-Bgjobs-Agent.
+func agentOf(c echo.Context) (string, error) {
+	who, _ := c.Get(callerKey).(caller)
+	if who.agent == "" {
+		return "", bgjobs.FieldError("X-Bgjobs-Agent", "the admin key must name the agent it acts for in X-Bgjobs-Agent")
+	}
+	return who.agent, nil
+}
+
+// mayManage reports whether the caller may read or change agent name's
+// configuration: the admin, or the agent itself.
+func mayManage(c echo.Context, name string) bool {
+	who, _ := c.Get(callerKey).(caller)
+	return who.admin || who.agent == name
+}

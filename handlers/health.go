@@ -1,0 +1,47 @@
+package handlers
+
+import (
+	"context"
+	"log/slog"
+	"net/http"
+	"time"
+
+	"github.com/labstack/echo/v4"
+
+	"github.com/bgjobs/bgjobs"
+	"github.com/bgjobs/bgjobs/tasks"
+)
+
+func handleHealthz() echo.HandlerFunc {
+	return func(c echo.Context) error {
+		return c.JSON(http.StatusOK, map[string]string{"status": "ok"})
+	}
+}
+
+// handleReadyz answers 200 only while Redis answers.
+func handleReadyz(m *tasks.Manager) echo.HandlerFunc {
+	return func(c echo.Context) error {
+		ctx, cancel := context.WithTimeout(c.Request().Context(), 2*time.Second)
+		defer cancel()
+		if err := m.Redis().Ping(ctx).Err(); err != nil {
+			return bgjobs.Errorf(bgjobs.EUnavailable, "redis does not answer: %v", err)
+		}
+		return c.JSON(http.StatusOK, map[string]string{"status": "ready"})
+	}
+}
+
+// requestLog writes one line per request.
+func requestLog(log *slog.Logger) echo.MiddlewareFunc {
+	return func(next echo.HandlerFunc) echo.HandlerFunc {
+		return func(c echo.Context) error {
+			start := time.Now()
+			err := next(c)
+			if err != nil {
+				c.Error(err)
+			}
+			log.Debug("request", slog.String("method", c.Request().Method), slog.String("path", c.Request().URL.Path),
+				slog.Int("status", c.Response().Status), slog.Duration("took", time.Since(start)))
+			return nil
+		}
+	}
+}

@@ -1,0 +1,166 @@
+package handlers
+
+import (
+	"net/http"
+	"strconv"
+
+	"github.com/labstack/echo/v4"
+
+	"github.com/bgjobs/bgjobs"
+	"github.com/bgjobs/bgjobs/tasks"
+)
+
+type spawnBody struct {
+	OriginSession string          `json:"origin_session"`
+	Kind          string          `json:"kind"`
+	SubagentType  string          `json:"subagent_type"`
+	Description   string          `json:"description"`
+	Prompt        string          `json:"prompt"`
+	Incognito     bool            `json:"incognito"`
+	Work          *tasks.WorkSpec `json:"work"`
+	WaitMS        int             `json:"wait_ms"`
+}
+
+type spawnResponse struct {
+	ID      string       `json:"id"`
+	Status  tasks.Status `json:"status"`
+	BatchID *string      `json:"batch_id"`
+	Message string       `json:"message"`
+}
+
+// spawnMessage is the contract the model reads: trust the notification.
+func spawnMessage(id string) string {
+	return "Background agent started: " + id + ". You will be notified when it completes — do NOT poll, check, or spawn a duplicate; continue with other work."
+}
+
+func (b spawnBody) request(agent, idemKey string) (tasks.SpawnRequest, error) {
+	if b.WaitMS != 0 {
+		return tasks.SpawnRequest{}, bgjobs.FieldError("wait_ms", "waiting on spawn is not available in this version; spawn and drain")
+	}
+	return tasks.SpawnRequest{
+		Agent: agent, OriginSession: b.OriginSession, Kind: tasks.Kind(b.Kind),
+		SubagentType: b.SubagentType, Description: b.Description, Prompt: b.Prompt,
+		Work: b.Work, Incognito: b.Incognito, IdempotencyKey: idemKey,
+	}, nil
+}
+
+func handleSpawn(m *tasks.Manager) echo.HandlerFunc {
+	return func(c echo.Context) error {
+		agent, err := agentOf(c)
+		if err != nil {
+			return err
+		}
+		var body spawnBody
+		if err := decodeBody(c, &body); err != nil {
+			return err
+		}
+		idem := c.Request().Header.Get("Idempotency-Key")
+		if len(idem) > 255 {
+			return bgjobs.FieldError("Idempotency-Key", "at most 255 characters")
+		}
+		req, err := body.request(agent, idem)
+		if err != nil {
+			return err
+		}
+		j, existed, err := m.Spawn(c.Request().Context(), req)
+		if err != nil {
+			return err
+		}
+		status := http.StatusAccepted
+		if existed {
+			status = http.StatusOK
+		}
+		return c.JSON(status, spawnResponse{ID: j.ID, Status: j.Status, BatchID: j.BatchID, Message: spawnMessage(j.ID)})
+	}
+}
+
+func handleGetJob(m *tasks.Manager) echo.HandlerFunc {
+	return func(c echo.Context) error {
+		agent, err := agentOf(c)
+		if err != nil {
+			return err
+		}
+		j, err := m.Get(c.Request().Context(), agent, c.Param("id"))
+		if err != nil {
+			return err
+		}
+		return c.JSON(http.StatusOK, j)
+	}
+}
+
+type listResponse struct {
+	Jobs       []*tasks.Job `json:"jobs"`
+	NextCursor *string      `json:"next_cursor"`
+}
+
+func handleListJobs(m *tasks.Manager) echo.HandlerFunc {
+	return func(c echo.Context) error {
+		agent, err := agentOf(c)
+		if err != nil {
+			return err
+		}
+		q := c.QueryParams()
+		req := tasks.ListRequest{Agent: agent, Session: q.Get("session"), Status: q.Get("status"),
+			BatchID: q.Get("batch_id"), Cursor: q.Get("cursor")}
+		if s := q.Get("limit"); s != "" {
+			n, err := strconv.Atoi(s)
+			if err != nil {
+				return bgjobs.FieldError("limit", "not an integer: %q", s)
+			}
+			req.Limit = n
+		}
+		jobs, next, err := m.List(c.Request().Context(), req)
+		if err != nil {
+			return err
+		}
+		resp := listResponse{Jobs: jobs}
+		if resp.Jobs == nil {
+			resp.Jobs = []*tasks.Job{}
+		}
+		if next != "" {
+			resp.NextCursor = &next
+		}
+		return c.JSON(http.StatusOK, resp)
+	}
+}
+
+func handleCancel(m *tasks.Manager) echo.HandlerFunc {
+	return func(c echo.Context) error {
+		agent, err := agentOf(c)
+		if err != nil {
+			return err
+		}
+		j, err := m.Cancel(c.Request().Context(), agent, c.Param("id"))
+		if err != nil {
+			return err
+		}
+		return c.JSON(http.StatusOK, j)
+	}
+}
+
+func handleAck(m *tasks.Manager) echo.HandlerFunc {
+	return func(c echo.Context) error {
+		agent, err := agentOf(c)
+		if err != nil {
+			return err
+		}
+		flipped, err := m.Ack(c.Request().Context(), agent, c.Param("id"))
+		if err != nil {
+			return err
+		}
+		return c.JSON(http.StatusOK, map[string]bool{"acked": flipped})
+	}
+}
+
+func handleDeleteJob(m *tasks.Manager) echo.HandlerFunc {
+	return func(c echo.Context) error {
+		agent, err := agentOf(c)
+		if err != nil {
+			return err
+		}
+		if err := m.Delete(c.Request().Context(), agent, c.Param("id")); err != nil {
+			return err
+		}
+		return c.NoContent(http.StatusNoContent)
+	}
+}

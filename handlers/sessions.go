@@ -1,0 +1,58 @@
+package handlers
+
+import (
+	"net/http"
+	"strings"
+
+	"github.com/labstack/echo/v4"
+
+	"github.com/bgjobs/bgjobs"
+	"github.com/bgjobs/bgjobs/tasks"
+)
+
+// handleSessionAction routes POST /v1/sessions/{session}/{action}; the
+// session id may itself contain slashes.
+func handleSessionAction(m *tasks.Manager) echo.HandlerFunc {
+	drain := handleDrain(m)
+	return func(c echo.Context) error {
+		rest := strings.TrimPrefix(c.Request().URL.Path, "/v1/sessions/")
+		i := strings.LastIndex(rest, "/")
+		if i <= 0 {
+			return bgjobs.Errorf(bgjobs.ENotFound, "want /v1/sessions/{session}/drain")
+		}
+		session, action := rest[:i], rest[i+1:]
+		switch action {
+		case "drain":
+			return drain(c, session)
+		}
+		return bgjobs.Errorf(bgjobs.ENotFound, "no session action %q", action)
+	}
+}
+
+type drainResponse struct {
+	Notifications []tasks.Notification `json:"notifications"`
+}
+
+func handleDrain(m *tasks.Manager) func(echo.Context, string) error {
+	return func(c echo.Context, session string) error {
+		agent, err := agentOf(c)
+		if err != nil {
+			return err
+		}
+		if !bgjobs.ValidSession(session) {
+			return bgjobs.FieldError("session", "session ids are 1–200 characters of [A-Za-z0-9._:@/-]")
+		}
+		idem := c.Request().Header.Get("Idempotency-Key")
+		if len(idem) > 255 {
+			return bgjobs.FieldError("Idempotency-Key", "at most 255 characters")
+		}
+		ns, err := m.Drain(c.Request().Context(), agent, session, idem)
+		if err != nil {
+			return err
+		}
+		if ns == nil {
+			ns = []tasks.Notification{}
+		}
+		return c.JSON(http.StatusOK, drainResponse{Notifications: ns})
+	}
+}

@@ -1,0 +1,47 @@
+package tasks
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+)
+
+// keys builds every Redis key bgjobs owns. Session-scoped keys carry the hash
+// tag {agent/session} so one script touches one Redis Cluster slot; the
+// namespace prefix lets deployments and tests share a database.
+//
+//	<ns>:{<agent>/<session>}:job:<id>     hash   the job row
+//	<ns>:{<agent>/<session>}:pending      zset   ended, not yet notified (score = completed_at ms)
+//	<ns>:{<agent>/<session>}:jobs         zset   every job of the session (score = created_at ms)
+//	<ns>:{<agent>/<session>}:drain:<h>    string ids a drain with Idempotency-Key h returned (10 min)
+//	<ns>:jobidx                           hash   job id → tag (lookup by id)
+//	<ns>:active                           zset   job ids not yet terminal, for the reconciler (score = created_at ms)
+//	<ns>:turnsem                          zset   running turns → lease expiry ms (the global cap)
+//	<ns>:agents                           set    registered agent names
+//	<ns>:agent:<agent>                    string the agent's JSON configuration
+//	<ns>:agent:<agent>:jobs               zset   every job of the agent (score = created_at ms)
+//	<ns>:agent:<agent>:idem:<h>           string job id spawned with Idempotency-Key h (24 h)
+//	<ns>:events:<agent>                   pub/sub channel of the agent's events
+//	<ns>:events:<agent>:stream            stream capped log of the same events
+type keys struct{ ns string }
+
+func (k keys) session(tag string) string          { return k.ns + ":{" + tag + "}" }
+func (k keys) job(tag, id string) string          { return k.jobPrefix(tag) + id }
+func (k keys) jobPrefix(tag string) string        { return k.session(tag) + ":job:" }
+func (k keys) pending(tag string) string          { return k.session(tag) + ":pending" }
+func (k keys) sessionJobs(tag string) string      { return k.session(tag) + ":jobs" }
+func (k keys) drainIdem(tag, key string) string   { return k.session(tag) + ":drain:" + digest(key) }
+func (k keys) jobIndex() string                   { return k.ns + ":jobidx" }
+func (k keys) active() string                     { return k.ns + ":active" }
+func (k keys) turnSem() string                    { return k.ns + ":turnsem" }
+func (k keys) agents() string                     { return k.ns + ":agents" }
+func (k keys) agent(agent string) string          { return k.ns + ":agent:" + agent }
+func (k keys) agentJobs(agent string) string      { return k.agent(agent) + ":jobs" }
+func (k keys) spawnIdem(agent, key string) string { return k.agent(agent) + ":idem:" + digest(key) }
+func (k keys) events(agent string) string         { return k.ns + ":events:" + agent }
+func (k keys) eventStream(agent string) string    { return k.events(agent) + ":stream" }
+
+// digest keeps client-chosen strings (idempotency keys) out of key names.
+func digest(s string) string {
+	h := sha256.Sum256([]byte(s))
+	return hex.EncodeToString(h[:12])
+}

@@ -1,0 +1,149 @@
+package tasks
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/bgjobs/bgjobs"
+)
+
+// WorkFunc runs one work job. args are the spawn request's work.args, already
+// accepted by the kind's Check. It returns the deliverable, which is handed
+// to the origin whole. An error fails the job; wrap it with Retryable when
+// another attempt could succeed.
+type WorkFunc func(ctx context.Context, args json.RawMessage) (string, error)
+
+// WorkKind is a registered kind of deterministic work.
+type WorkKind struct {
+	// Name is the work.type that selects this kind.
+	Name string
+	// Check validates args at spawn time; its error becomes a 400. Nil
+	// accepts anything.
+	Check func(args json.RawMessage) error
+	// Run does the work.
+	Run WorkFunc
+}
+
+// Kinds is a registry of work kinds, open to programs that embed bgjobs.
+// It is safe for concurrent use.
+type Kinds struct {
+	mu    sync.RWMutex
+	kinds map[string]WorkKind
+}
+
+// NewKinds returns a registry holding the built-in kinds.
+func NewKinds() *Kinds {
+	k := &Kinds{kinds: map[string]WorkKind{}}
+	k.Register(EchoKind())
+	return k
+}
+
+// Register adds or replaces a kind.
+func (k *Kinds) Register(w WorkKind) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	k.kinds[w.Name] = w
+}
+
+// Lookup returns the kind registered under name.
+func (k *Kinds) Lookup(name string) (WorkKind, bool) {
+	k.mu.RLock()
+	defer k.mu.RUnlock()
+	w, ok := k.kinds[name]
+	return w, ok
+}
+
+// Names lists the registered kinds, sorted.
+func (k *Kinds) Names() []string {
+	k.mu.RLock()
+	defer k.mu.RUnlock()
+	names := make([]string, 0, len(k.kinds))
+	for n := range k.kinds {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	return names
+}
+
+// retryableError marks a failure another attempt may fix.
+type retryableError struct{ err error }
+
+func (e retryableError) Error() string { return e.err.Error() }
+func (e retryableError) Unwrap() error { return e.err }
+
+// Retryable marks err as worth another attempt (asynq retries the job with
+// backoff; after the last attempt it fails).
+func Retryable(err error) error { return retryableError{err} }
+
+// IsRetryable reports whether err was marked with Retryable.
+func IsRetryable(err error) bool { return errors.As(err, new(retryableError)) }
+
+// EchoArgs are the arguments of the built-in echo kind.
+type EchoArgs struct {
+	// Text is returned as the result, or as the error when Fail is set.
+	Text string `json:"text"`
+	// DelayMS sleeps first, honouring cancel.
+	DelayMS int `json:"delay_ms"`
+	// Fail ends the job failed with Text as the error.
+	Fail bool `json:"fail"`
+}
+
+// maxEchoDelay keeps a smoke-test job from holding a worker for a day.
+const maxEchoDelay = time.Hour
+
+func decodeEchoArgs(raw json.RawMessage) (EchoArgs, error) {
+	var a EchoArgs
+	if len(bytes.TrimSpace(raw)) == 0 || string(bytes.TrimSpace(raw)) == "null" {
+		return a, nil
+	}
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&a); err != nil {
+		var te *json.UnmarshalTypeError
+		if errors.As(err, &te) {
+			return a, bgjobs.FieldError("work.args."+te.Field, "want %s, got %s", te.Type, te.Value)
+		}
+		return a, bgjobs.FieldError("work.args", "echo args: %v", err)
+	}
+	if a.DelayMS < 0 || time.Duration(a.DelayMS)*time.Millisecond > maxEchoDelay {
+		return a, bgjobs.FieldError("work.args.delay_ms", "must be between 0 and %d", maxEchoDelay.Milliseconds())
+	}
+	return a, nil
+}
+
+// EchoKind is the built-in smoke-test kind: it returns its text after an
+// optional delay, or fails on request.
+func EchoKind() WorkKind {
+	return WorkKind{
+		Name: "echo",
+		Check: func(args json.RawMessage) error {
+			_, err := decodeEchoArgs(args)
+			return err
+		},
+		Run: func(ctx context.Context, raw json.RawMessage) (string, error) {
+			a, err := decodeEchoArgs(raw)
+			if err != nil {
+				return "", err
+			}
+			if a.DelayMS > 0 {
+				t := time.NewTimer(time.Duration(a.DelayMS) * time.Millisecond)
+				defer t.Stop()
+				select {
+				case <-ctx.Done():
+					return "", ctx.Err()
+				case <-t.C:
+				}
+			}
+			if a.Fail {
+				return "", fmt.Errorf("%s", a.Text)
+			}
+			return a.Text, nil
+		},
+	}
+}

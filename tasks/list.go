@@ -1,0 +1,130 @@
+package tasks
+
+import (
+	"context"
+	"encoding/base64"
+	"strconv"
+	"strings"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/bgjobs/bgjobs"
+)
+
+// ListRequest filters the caller's jobs, newest first.
+type ListRequest struct {
+	Agent   string
+	Session string
+	Status  string
+	BatchID string
+	Limit   int
+	Cursor  string
+}
+
+// List limits.
+const (
+	ListLimitDefault = 50
+	ListLimitMax     = 200
+	// listScanBudget bounds how many rows one page reads while filtering,
+	// so a rare status cannot turn one request into a full scan.
+	listScanBudget = 2000
+)
+
+// List returns a page of jobs (without result and prompt) and the cursor of
+// the next page, "" at the end.
+func (m *Manager) List(ctx context.Context, req ListRequest) ([]*Job, string, error) {
+	if req.Limit == 0 {
+		req.Limit = ListLimitDefault
+	}
+	if req.Limit < 1 || req.Limit > ListLimitMax {
+		return nil, "", bgjobs.FieldError("limit", "between 1 and %d", ListLimitMax)
+	}
+	if req.Status != "" && !ValidStatus(req.Status) {
+		return nil, "", bgjobs.FieldError("status", "want queued, running, completed, failed or cancelled")
+	}
+	if req.BatchID != "" && !bgjobs.ValidBatchID(req.BatchID) {
+		return nil, "", bgjobs.FieldError("batch_id", "batch ids look like bt-0123456789ab")
+	}
+	key := m.k.agentJobs(req.Agent)
+	if req.Session != "" {
+		if !bgjobs.ValidSession(req.Session) {
+			return nil, "", bgjobs.FieldError("session", "session ids are 1–200 characters of [A-Za-z0-9._:@/-]")
+		}
+		key = m.k.sessionJobs(Tag(req.Agent, req.Session))
+	}
+	max, afterID := "+inf", ""
+	if req.Cursor != "" {
+		score, id, ok := decodeCursor(req.Cursor)
+		if !ok {
+			return nil, "", bgjobs.FieldError("cursor", "not a cursor this API returned")
+		}
+		max, afterID = score, id
+	}
+	var out []*Job
+	scanned := 0
+	lastScore, lastID := "", ""
+	for scanned < listScanBudget {
+		zs, err := m.rdb.ZRevRangeByScoreWithScores(ctx, key, &redis.ZRangeBy{Max: max, Min: "-inf", Count: 100}).Result()
+		if err != nil {
+			return nil, "", unavailable("list jobs", err)
+		}
+		if len(zs) == 0 {
+			return out, "", nil
+		}
+		progressed := false
+		for _, z := range zs {
+			id, _ := z.Member.(string)
+			score := strconv.FormatInt(int64(z.Score), 10)
+			// Members that share the cursor's score come in descending id
+			// order; skip up to and including the cursor's own.
+			if afterID != "" && score == max && id >= afterID {
+				continue
+			}
+			progressed = true
+			scanned++
+			lastScore, lastID = score, id
+			j, err := m.store.lookup(ctx, id)
+			if err != nil {
+				return nil, "", err
+			}
+			if j == nil || j.Agent != req.Agent {
+				m.rdb.ZRem(ctx, key, id) // expired after notification
+				continue
+			}
+			if (req.Status != "" && string(j.Status) != req.Status) ||
+				(req.Session != "" && j.OriginSession != req.Session) ||
+				(req.BatchID != "" && (j.BatchID == nil || *j.BatchID != req.BatchID)) {
+				continue
+			}
+			j.Result, j.Prompt = nil, ""
+			out = append(out, j)
+			if len(out) == req.Limit {
+				return out, encodeCursor(lastScore, lastID), nil
+			}
+		}
+		if !progressed {
+			return out, "", nil
+		}
+		max, afterID = lastScore, lastID
+	}
+	return out, encodeCursor(lastScore, lastID), nil
+}
+
+func encodeCursor(score, id string) string {
+	return base64.RawURLEncoding.EncodeToString([]byte(score + "|" + id))
+}
+
+func decodeCursor(c string) (score, id string, ok bool) {
+	b, err := base64.RawURLEncoding.DecodeString(c)
+	if err != nil {
+		return "", "", false
+	}
+	score, id, ok = strings.Cut(string(b), "|")
+	if !ok || !bgjobs.ValidJobID(id) {
+		return "", "", false
+	}
+	if _, err := strconv.ParseInt(score, 10, 64); err != nil {
+		return "", "", false
+	}
+	return score, id, true
+}

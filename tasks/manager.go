@@ -1,0 +1,490 @@
+package tasks
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"github.com/hibiken/asynq"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/bgjobs/bgjobs"
+)
+
+// Task type names. They are stored inside queued asynq tasks, which outlive
+// deploys: never change them.
+const (
+	TypeTurn = "bgjobs:turn"
+	TypeWork = "bgjobs:work"
+)
+
+// Queue base names. See Manager.Queue for the namespaced name.
+const (
+	QueueTurns = "turns"
+	QueueWork  = "work"
+)
+
+// Retry budgets. A turn is not blindly retried: only a transport failure
+// tries again, with the same A2A message id so the agent can de-duplicate.
+const (
+	turnMaxRetry = 3
+	workMaxRetry = 3
+)
+
+// Deps are what a Manager runs with besides Redis and its configuration.
+type Deps struct {
+	// Kinds is the work-kind registry. Defaults to NewKinds().
+	Kinds *Kinds
+	// Turns runs turn jobs. Required to run turns; spawn works without it.
+	Turns TurnRunner
+	// Now is the clock. Defaults to time.Now.
+	Now func() time.Time
+	// Logger defaults to slog.Default().
+	Logger *slog.Logger
+}
+
+// Manager is the job API: spawn, read, cancel, ack, delete, drain, agents.
+// The HTTP handlers, the MCP tools and embedding programs all go through it.
+type Manager struct {
+	cfg   bgjobs.Config
+	rdb   redis.UniversalClient
+	store *Store
+	k     keys
+	aq    *asynq.Client
+	insp  *asynq.Inspector
+	kinds *Kinds
+	turns TurnRunner
+	now   func() time.Time
+	log   *slog.Logger
+}
+
+// NewManager returns a Manager on rdb. The caller owns rdb and closes it
+// after Close.
+func NewManager(rdb redis.UniversalClient, cfg bgjobs.Config, d Deps) *Manager {
+	cfg = cfg.WithDefaults()
+	if d.Kinds == nil {
+		d.Kinds = NewKinds()
+	}
+	if d.Now == nil {
+		d.Now = time.Now
+	}
+	if d.Logger == nil {
+		d.Logger = slog.Default()
+	}
+	return &Manager{
+		cfg:   cfg,
+		rdb:   rdb,
+		store: NewStore(rdb, cfg.Namespace, cfg.Retention),
+		k:     keys{ns: cfg.Namespace},
+		aq:    asynq.NewClientFromRedisClient(rdb),
+		insp:  asynq.NewInspectorFromRedisClient(rdb),
+		kinds: d.Kinds,
+		turns: d.Turns,
+		now:   d.Now,
+		log:   d.Logger,
+	}
+}
+
+// Close releases the asynq client; the Redis client stays the caller's.
+func (m *Manager) Close() error { return m.aq.Close() }
+
+// Kinds returns the work-kind registry, for embedders to register kinds.
+func (m *Manager) Kinds() *Kinds { return m.kinds }
+
+// Redis returns the client the Manager uses, for health checks.
+func (m *Manager) Redis() redis.UniversalClient { return m.rdb }
+
+// Queue returns the asynq queue name of a base queue in this namespace. The
+// default namespace keeps the bare names (turns, work) that asynqmon shows.
+func (m *Manager) Queue(base string) string {
+	if m.cfg.Namespace == bgjobs.NamespaceDefault {
+		return base
+	}
+	return m.cfg.Namespace + ":" + base
+}
+
+func newID(prefix string) string {
+	var b [6]byte
+	_, _ = rand.Read(b[:])
+	return prefix + hex.EncodeToString(b[:])
+}
+
+// WorkSpec selects a work kind and its arguments.
+type WorkSpec struct {
+	Type string          `json:"type"`
+	Args json.RawMessage `json:"args,omitempty"`
+}
+
+// SpawnRequest asks for one job.
+type SpawnRequest struct {
+	Agent          string
+	OriginSession  string
+	Kind           Kind
+	SubagentType   string
+	Description    string
+	Prompt         string
+	Work           *WorkSpec
+	Incognito      bool
+	IdempotencyKey string
+}
+
+// spawnIdemTTL is how long an Idempotency-Key on spawn returns the first job.
+const spawnIdemTTL = 24 * time.Hour
+
+// Spawn validates req, writes a queued row and enqueues its task. existed is
+// true when an Idempotency-Key matched an earlier spawn, whose job is returned.
+func (m *Manager) Spawn(ctx context.Context, req SpawnRequest) (job *Job, existed bool, err error) {
+	j, err := m.checkSpawn(ctx, req)
+	if err != nil {
+		return nil, false, err
+	}
+	if req.IdempotencyKey != "" {
+		prior, err := m.claimIdempotency(ctx, req.Agent, req.IdempotencyKey, j.ID)
+		if err != nil || prior != nil {
+			return prior, prior != nil, err
+		}
+	}
+	if err := m.store.create(ctx, j); err != nil {
+		return nil, false, err
+	}
+	if err := m.enqueue(ctx, j); err != nil {
+		m.store.forget(context.WithoutCancel(ctx), j)
+		return nil, false, err
+	}
+	m.publish(ctx, Event{Type: EventStarted, JobID: j.ID, Agent: j.Agent, OriginSession: j.OriginSession,
+		Status: StatusQueued, Kind: j.Kind, Description: j.Description, At: j.CreatedAt})
+	return j, false, nil
+}
+
+// claimIdempotency records id under the agent's key, or returns the job an
+// earlier spawn recorded there.
+func (m *Manager) claimIdempotency(ctx context.Context, agent, key, id string) (*Job, error) {
+	k := m.k.spawnIdem(agent, key)
+	for range 3 {
+		ok, err := m.rdb.SetNX(ctx, k, id, spawnIdemTTL).Result()
+		if err != nil {
+			return nil, unavailable("idempotency key", err)
+		}
+		if ok {
+			return nil, nil
+		}
+		prior, err := m.rdb.Get(ctx, k).Result()
+		if errors.Is(err, redis.Nil) {
+			continue // expired between the two calls
+		}
+		if err != nil {
+			return nil, unavailable("idempotency key", err)
+		}
+		j, err := m.store.lookup(ctx, prior)
+		if err != nil {
+			return nil, err
+		}
+		if j != nil && j.Agent == agent {
+			return j, nil
+		}
+		// The first spawn never got its row written (or it was deleted):
+		// take the key over rather than answer with a job that is not there.
+		if err := m.rdb.Set(ctx, k, id, spawnIdemTTL).Err(); err != nil {
+			return nil, unavailable("idempotency key", err)
+		}
+		return nil, nil
+	}
+	return nil, bgjobs.Errorf(bgjobs.EConflict, "idempotency key is being reused concurrently; retry")
+}
+
+// checkSpawn applies the domain rules and builds the row.
+func (m *Manager) checkSpawn(ctx context.Context, req SpawnRequest) (*Job, error) {
+	if !bgjobs.ValidAgentName(req.Agent) {
+		return nil, bgjobs.FieldError("agent", "agent names are 1–64 characters of [a-z0-9_-]")
+	}
+	if !bgjobs.ValidSession(req.OriginSession) {
+		return nil, bgjobs.FieldError("origin_session", "session ids are 1–200 characters of [A-Za-z0-9._:@/-]")
+	}
+	if utf8.RuneCountInString(req.Description) > bgjobs.MaxDescriptionChars {
+		return nil, bgjobs.FieldError("description", "at most %d characters", bgjobs.MaxDescriptionChars)
+	}
+	if !utf8.ValidString(req.Description) || !utf8.ValidString(req.Prompt) {
+		return nil, bgjobs.FieldError("prompt", "must be valid UTF-8")
+	}
+	j := &Job{
+		ID: newID("bg-"), Agent: req.Agent, OriginSession: req.OriginSession,
+		Kind: req.Kind, Description: req.Description, Status: StatusQueued,
+		Incognito: req.Incognito, CreatedAt: m.now().UTC().Truncate(time.Millisecond),
+	}
+	if j.Kind == "" {
+		j.Kind = KindTurn
+	}
+	switch j.Kind {
+	case KindTurn:
+		if strings.TrimSpace(req.Prompt) == "" {
+			return nil, bgjobs.FieldError("prompt", "a turn job needs a prompt")
+		}
+		if len(req.Prompt) > bgjobs.MaxPromptBytes {
+			return nil, &bgjobs.Error{Code: bgjobs.ETooLarge, Message: fmt.Sprintf("prompt is over %d bytes", bgjobs.MaxPromptBytes), Field: "prompt"}
+		}
+		if req.Work != nil {
+			return nil, bgjobs.FieldError("work", "a turn job takes no work spec")
+		}
+		agent, err := m.store.getAgent(ctx, req.Agent)
+		if err != nil {
+			return nil, err
+		}
+		if agent == nil || agent.A2AURL == "" {
+			return nil, bgjobs.FieldError("kind", "agent %q has no a2a_url: register it with PUT /v1/agents/%s before spawning turns", req.Agent, req.Agent)
+		}
+		if len(agent.SubagentTypes) > 0 {
+			if _, ok := agent.SubagentTypes[req.SubagentType]; !ok {
+				return nil, bgjobs.FieldError("subagent_type", "not in agent %q's roster: %s", req.Agent, strings.Join(rosterNames(agent), ", "))
+			}
+		}
+		j.SubagentType = req.SubagentType
+		j.Prompt = req.Prompt
+	case KindWork:
+		if req.Work == nil || req.Work.Type == "" {
+			return nil, bgjobs.FieldError("work.type", "a work job needs work.type (one of: %s)", strings.Join(m.kinds.Names(), ", "))
+		}
+		kind, ok := m.kinds.Lookup(req.Work.Type)
+		if !ok {
+			return nil, bgjobs.FieldError("work.type", "unknown work kind %q (one of: %s)", req.Work.Type, strings.Join(m.kinds.Names(), ", "))
+		}
+		if req.Prompt != "" {
+			return nil, bgjobs.FieldError("prompt", "a work job takes no prompt")
+		}
+		if kind.Check != nil {
+			if err := kind.Check(req.Work.Args); err != nil {
+				var be *bgjobs.Error
+				if errors.As(err, &be) {
+					return nil, be
+				}
+				return nil, bgjobs.FieldError("work.args", "%v", err)
+			}
+		}
+		j.WorkType = req.Work.Type
+		j.WorkArgs = req.Work.Args
+	default:
+		return nil, bgjobs.FieldError("kind", "want turn or work, got %q", req.Kind)
+	}
+	return j, nil
+}
+
+func rosterNames(a *Agent) []string {
+	names := make([]string, 0, len(a.SubagentTypes))
+	for n := range a.SubagentTypes {
+		names = append(names, n)
+	}
+	return names
+}
+
+// taskPayload is what an asynq task carries: enough to find the row. The
+// row itself is the job; the task is only its engine.
+type taskPayload struct {
+	Agent   string `json:"a"`
+	Session string `json:"s"`
+}
+
+// turnTaskTimeout bounds an asynq turn task: the turn's own timeout starts
+// when it gets a slot under the cap, so the task allows for the wait.
+func (m *Manager) turnTaskTimeout() time.Duration { return m.cfg.TurnTimeout + time.Hour }
+
+func (m *Manager) enqueue(ctx context.Context, j *Job) error {
+	payload, _ := json.Marshal(taskPayload{Agent: j.Agent, Session: j.OriginSession})
+	var t *asynq.Task
+	if j.Kind == KindTurn {
+		t = asynq.NewTask(TypeTurn, payload, asynq.TaskID(j.ID), asynq.Queue(m.Queue(QueueTurns)),
+			asynq.MaxRetry(turnMaxRetry), asynq.Timeout(m.turnTaskTimeout()))
+	} else {
+		t = asynq.NewTask(TypeWork, payload, asynq.TaskID(j.ID), asynq.Queue(m.Queue(QueueWork)),
+			asynq.MaxRetry(workMaxRetry), asynq.Timeout(m.cfg.TurnTimeout))
+	}
+	if _, err := m.aq.EnqueueContext(ctx, t); err != nil {
+		if errors.Is(err, asynq.ErrTaskIDConflict) {
+			return bgjobs.Errorf(bgjobs.EConflict, "job id %s is already queued", j.ID)
+		}
+		return unavailable("enqueue", err)
+	}
+	return nil
+}
+
+// Get returns the caller's job, or not_found (also for another agent's id).
+func (m *Manager) Get(ctx context.Context, agent, id string) (*Job, error) {
+	if !bgjobs.ValidJobID(id) {
+		return nil, bgjobs.FieldError("id", "job ids look like bg-0123456789ab")
+	}
+	j, err := m.store.lookup(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	if j == nil || j.Agent != agent {
+		return nil, bgjobs.Errorf(bgjobs.ENotFound, "no job %s", id)
+	}
+	return j, nil
+}
+
+// Cancel stops a queued or running job: it ends cancelled (and is drained
+// like any other), its queued task is deleted, a running one is told to stop.
+func (m *Manager) Cancel(ctx context.Context, agent, id string) (*Job, error) {
+	j, err := m.Get(ctx, agent, id)
+	if err != nil {
+		return nil, err
+	}
+	reason := "cancelled by request"
+	settled, err := m.settle(ctx, j, Outcome{Status: StatusCancelled, Error: &reason})
+	if err != nil {
+		return nil, err
+	}
+	if !settled {
+		return nil, bgjobs.Errorf(bgjobs.EConflict, "job %s already ended", id)
+	}
+	m.stopTask(j)
+	return m.Get(ctx, agent, id)
+}
+
+// stopTask removes a cancelled job's task from its queue, or signals the
+// worker running it. Both are best effort: a worker that starts the task
+// anyway finds the row terminal and does nothing.
+func (m *Manager) stopTask(j *Job) {
+	queue := m.Queue(QueueWork)
+	if j.Kind == KindTurn {
+		queue = m.Queue(QueueTurns)
+	}
+	info, err := m.insp.GetTaskInfo(queue, j.ID)
+	if err != nil {
+		return
+	}
+	if info.State == asynq.TaskStateActive {
+		_ = m.insp.CancelProcessing(j.ID)
+		return
+	}
+	_ = m.insp.DeleteTask(queue, j.ID)
+}
+
+// Ack marks a finished job consumed another way, so drain skips it. It
+// reports whether this call flipped it.
+func (m *Manager) Ack(ctx context.Context, agent, id string) (bool, error) {
+	j, err := m.Get(ctx, agent, id)
+	if err != nil {
+		return false, err
+	}
+	n, err := m.store.ack(ctx, Tag(j.Agent, j.OriginSession), id, m.now())
+	if err != nil {
+		return false, err
+	}
+	switch n {
+	case 1:
+		return true, nil
+	case 0:
+		return false, nil
+	case -2:
+		return false, bgjobs.Errorf(bgjobs.EConflict, "job %s has not ended", id)
+	}
+	return false, bgjobs.Errorf(bgjobs.ENotFound, "no job %s", id)
+}
+
+// Delete removes an ended job.
+func (m *Manager) Delete(ctx context.Context, agent, id string) error {
+	j, err := m.Get(ctx, agent, id)
+	if err != nil {
+		return err
+	}
+	n, err := m.store.remove(ctx, j)
+	if err != nil {
+		return err
+	}
+	switch n {
+	case 1:
+		queue := m.Queue(QueueWork)
+		if j.Kind == KindTurn {
+			queue = m.Queue(QueueTurns)
+		}
+		_ = m.insp.DeleteTask(queue, id) // archived leftovers, if any
+		return nil
+	case -2:
+		return bgjobs.Errorf(bgjobs.EConflict, "job %s is still %s", id, j.Status)
+	}
+	return bgjobs.Errorf(bgjobs.ENotFound, "no job %s", id)
+}
+
+// Drain hands over every ended, unnotified job of the session, oldest
+// completion first, each exactly once. A repeat with the same idempotency
+// key within 10 minutes returns the same notifications.
+func (m *Manager) Drain(ctx context.Context, agent, session, idemKey string) ([]Notification, error) {
+	if !bgjobs.ValidSession(session) {
+		return nil, bgjobs.FieldError("session", "session ids are 1–200 characters of [A-Za-z0-9._:@/-]")
+	}
+	rows, err := m.store.drain(ctx, Tag(agent, session), idemKey, m.now())
+	if err != nil {
+		return nil, err
+	}
+	out := make([]Notification, len(rows))
+	for i, r := range rows {
+		out[i] = notification(r, m.reportCut())
+	}
+	return out, nil
+}
+
+// reportCut is the cap on a turn report inside a notification. It is 0
+// (deliver whole) while no searchable memory holds the full report: a
+// pointer to memory_recall must never point at nothing.
+func (m *Manager) reportCut() int { return 0 }
+
+// PutAgent stores where bgjobs reaches an agent.
+func (m *Manager) PutAgent(ctx context.Context, a *Agent) error {
+	if !bgjobs.ValidAgentName(a.Name) {
+		return bgjobs.FieldError("name", "agent names are 1–64 characters of [a-z0-9_-]")
+	}
+	if a.Resume == "" {
+		a.Resume = ResumeNone
+		if a.A2AURL != "" {
+			a.Resume = ResumeA2A
+		}
+	}
+	switch a.Resume {
+	case ResumeA2A:
+		if a.A2AURL == "" {
+			return bgjobs.FieldError("a2a_url", "resume a2a needs a2a_url")
+		}
+	case ResumeWebhook:
+		if a.WebhookURL == "" {
+			return bgjobs.FieldError("webhook_url", "resume webhook needs webhook_url")
+		}
+		if a.WebhookSecret == "" {
+			return bgjobs.FieldError("webhook_secret", "resume webhook needs webhook_secret to sign with")
+		}
+	case ResumeNone:
+	default:
+		return bgjobs.FieldError("resume", "want a2a, webhook or none, got %q", a.Resume)
+	}
+	for _, u := range []struct{ field, url string }{{"a2a_url", a.A2AURL}, {"webhook_url", a.WebhookURL}} {
+		if u.url != "" && !strings.HasPrefix(u.url, "http://") && !strings.HasPrefix(u.url, "https://") {
+			return bgjobs.FieldError(u.field, "want an http:// or https:// URL")
+		}
+	}
+	for name := range a.SubagentTypes {
+		if name == "" || len(name) > 64 {
+			return bgjobs.FieldError("subagent_types", "subagent type names are 1–64 characters")
+		}
+	}
+	return m.store.putAgent(ctx, a)
+}
+
+// GetAgent returns an agent's configuration, or not_found.
+func (m *Manager) GetAgent(ctx context.Context, name string) (*Agent, error) {
+	if !bgjobs.ValidAgentName(name) {
+		return nil, bgjobs.FieldError("name", "agent names are 1–64 characters of [a-z0-9_-]")
+	}
+	a, err := m.store.getAgent(ctx, name)
+	if err != nil {
+		return nil, err
+	}
+	if a == nil {
+		return nil, bgjobs.Errorf(bgjobs.ENotFound, "no agent %s", name)
+	}
+	return a, nil
+}

@@ -1,0 +1,187 @@
+package tasks
+
+import "github.com/redis/go-redis/v9"
+
+// Every state change of a job is one of these scripts: each reads the current
+// status first (compare-and-set), so a re-run, a late worker or a race can
+// never move a terminal job or count it twice. Times are unix milliseconds
+// passed in by the caller, so tests can inject a clock.
+
+// luaTerminal is prepended to scripts that need to recognise terminal states.
+const luaTerminal = `
+local function terminal(st)
+  return st == 'completed' or st == 'failed' or st == 'cancelled'
+end
+`
+
+// startCmd moves a job to running when a worker begins it.
+//
+// KEYS[1] -> job hash
+// ARGV[1] -> now (ms)
+//
+// Returns {code, attempts}: code 1 = queued → running; 2 = was already
+// running (a re-run after a lost lease), still running; 0 = terminal, do not
+// run; -1 = no such row.
+var startCmd = redis.NewScript(luaTerminal + `
+local st = redis.call('HGET', KEYS[1], 'status')
+if not st then return {-1, 0} end
+if terminal(st) then return {0, 0} end
+local n = redis.call('HINCRBY', KEYS[1], 'attempts', 1)
+redis.call('HSET', KEYS[1], 'status', 'running', 'started_at', ARGV[1])
+if st == 'queued' then return {1, n} end
+return {2, n}
+`)
+
+// requeueCmd hands a running job back to the queue when its attempt failed
+// and asynq will try again, so the row says queued while it waits.
+//
+// KEYS[1] -> job hash
+//
+// Returns 1 if the job moved running → queued, 0 otherwise.
+var requeueCmd = redis.NewScript(`
+if redis.call('HGET', KEYS[1], 'status') ~= 'running' then return 0 end
+redis.call('HSET', KEYS[1], 'status', 'queued')
+return 1
+`)
+
+// settleCmd ends a job: status, result or error, completion time, and its
+// entry in the session's pending set (unless it was already delivered, for
+// example to a caller that waited for it, in which case retention starts).
+//
+// KEYS[1] -> job hash
+// KEYS[2] -> session pending zset
+// ARGV[1] -> terminal status (completed | failed | cancelled)
+// ARGV[2] -> "1" if a result is set
+// ARGV[3] -> result
+// ARGV[4] -> "1" if an error is set
+// ARGV[5] -> error
+// ARGV[6] -> now (ms)
+// ARGV[7] -> retention (s), applied when the job was already notified
+//
+// Returns 1 if this call settled the job, 0 if it was already terminal (a
+// no-op), -1 if there is no such row.
+var settleCmd = redis.NewScript(luaTerminal + `
+local st = redis.call('HGET', KEYS[1], 'status')
+if not st then return -1 end
+if terminal(st) then return 0 end
+redis.call('HSET', KEYS[1], 'status', ARGV[1], 'has_result', ARGV[2], 'result', ARGV[3],
+  'has_error', ARGV[4], 'error', ARGV[5], 'completed_at', ARGV[6])
+if redis.call('HGET', KEYS[1], 'notified') == '1' then
+  redis.call('EXPIRE', KEYS[1], ARGV[7])
+else
+  redis.call('ZADD', KEYS[2], ARGV[6], redis.call('HGET', KEYS[1], 'id'))
+end
+return 1
+`)
+
+// drainFields is the order of the row fields drainCmd returns per job.
+var drainFields = []string{fID, fStatus, fDescription, fKind, fHasResult, fResult, fHasErr, fError, fBatch, fSubagent}
+
+// drainCmd hands over every ended, unnotified job of a session, oldest
+// completion first, and marks each notified in the same step: the
+// exactly-once flip. With an idempotency key, the ids handed over are kept
+// for ARGV[3] seconds and a repeat returns the same rows without flipping
+// anything new.
+//
+// KEYS[1] -> session pending zset
+// KEYS[2] -> drain idempotency key (unused when ARGV[2] is "0")
+// ARGV[1] -> job key prefix of the session
+// ARGV[2] -> "1" to use KEYS[2]
+// ARGV[3] -> idempotency TTL (s)
+// ARGV[4] -> retention (s) of a notified row
+// ARGV[5] -> now (ms)
+// ARGV[6..] -> row fields to return (drainFields)
+//
+// Returns one array per job: the requested fields, in order.
+var drainCmd = redis.NewScript(luaTerminal + `
+local ids
+local repeated = false
+if ARGV[2] == '1' then
+  local prev = redis.call('GET', KEYS[2])
+  if prev then
+    ids = cjson.decode(prev)
+    repeated = true
+  end
+end
+if not repeated then
+  local taken = {}
+  for _, id in ipairs(redis.call('ZRANGE', KEYS[1], 0, -1)) do
+    redis.call('ZREM', KEYS[1], id)
+    local k = ARGV[1] .. id
+    local st = redis.call('HGET', k, 'status')
+    if st and terminal(st) and redis.call('HGET', k, 'notified') ~= '1' then
+      redis.call('HSET', k, 'notified', '1', 'notified_at', ARGV[5])
+      redis.call('EXPIRE', k, ARGV[4])
+      taken[#taken + 1] = id
+    end
+  end
+  ids = taken
+  if ARGV[2] == '1' then
+    local enc = '[]'
+    if #ids > 0 then enc = cjson.encode(ids) end
+    redis.call('SET', KEYS[2], enc, 'EX', ARGV[3])
+  end
+end
+local out = {}
+for _, id in ipairs(ids) do
+  local row = redis.call('HMGET', ARGV[1] .. id, unpack(ARGV, 6))
+  if row[1] then out[#out + 1] = row end
+end
+return out
+`)
+
+// ackCmd is the drain's flip for a single job consumed another way.
+//
+// KEYS[1] -> job hash
+// KEYS[2] -> session pending zset
+// ARGV[1] -> now (ms)
+// ARGV[2] -> retention (s) of a notified row
+//
+// Returns 1 if this call flipped it, 0 if it was already notified, -1 if
+// there is no such row, -2 if the job has not ended.
+var ackCmd = redis.NewScript(luaTerminal + `
+local st = redis.call('HGET', KEYS[1], 'status')
+if not st then return -1 end
+if not terminal(st) then return -2 end
+if redis.call('HGET', KEYS[1], 'notified') == '1' then return 0 end
+redis.call('HSET', KEYS[1], 'notified', '1', 'notified_at', ARGV[1])
+redis.call('ZREM', KEYS[2], redis.call('HGET', KEYS[1], 'id'))
+redis.call('EXPIRE', KEYS[1], ARGV[2])
+return 1
+`)
+
+// deleteCmd removes an ended job from its session.
+//
+// KEYS[1] -> job hash
+// KEYS[2] -> session pending zset
+// KEYS[3] -> session jobs zset
+// ARGV[1] -> job id
+//
+// Returns 1 if deleted, -1 if there is no such row, -2 if it has not ended.
+var deleteCmd = redis.NewScript(luaTerminal + `
+local st = redis.call('HGET', KEYS[1], 'status')
+if not st then return -1 end
+if not terminal(st) then return -2 end
+redis.call('DEL', KEYS[1])
+redis.call('ZREM', KEYS[2], ARGV[1])
+redis.call('ZREM', KEYS[3], ARGV[1])
+return 1
+`)
+
+// acquireTurnCmd takes a slot of the global turn cap, or renews it.
+//
+// KEYS[1] -> turn semaphore zset (member = job id, score = lease expiry ms)
+// ARGV[1] -> job id
+// ARGV[2] -> now (ms); leases that expired before it are dropped first
+// ARGV[3] -> new lease expiry (ms)
+// ARGV[4] -> cap
+//
+// Returns 1 if the job holds a slot, 0 if the cap is reached.
+var acquireTurnCmd = redis.NewScript(`
+redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', ARGV[2])
+if redis.call('ZSCORE', KEYS[1], ARGV[1]) or redis.call('ZCARD', KEYS[1]) < tonumber(ARGV[4]) then
+  redis.call('ZADD', KEYS[1], ARGV[3], ARGV[1])
+  return 1
+end
+return 0
+`)

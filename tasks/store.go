@@ -1,0 +1,271 @@
+package tasks
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/bgjobs/bgjobs"
+)
+
+// Store is the Redis registry: job rows, session sets and the indexes that
+// find them. Every write that changes a job's state goes through one of the
+// scripts in scripts.go.
+type Store struct {
+	rdb       redis.UniversalClient
+	k         keys
+	retention time.Duration
+}
+
+// NewStore returns a registry in namespace ns on rdb.
+func NewStore(rdb redis.UniversalClient, ns string, retention time.Duration) *Store {
+	return &Store{rdb: rdb, k: keys{ns: ns}, retention: retention}
+}
+
+func ms(t time.Time) string { return strconv.FormatInt(t.UnixMilli(), 10) }
+
+func boolStr(b bool) string {
+	if b {
+		return "1"
+	}
+	return "0"
+}
+
+// unavailable wraps a Redis failure as the 503 a client can retry.
+func unavailable(op string, err error) error {
+	return &bgjobs.Error{Code: bgjobs.EUnavailable, Message: fmt.Sprintf("%s: redis: %v", op, err)}
+}
+
+// create writes a new queued row and indexes it, in one round trip.
+func (s *Store) create(ctx context.Context, j *Job) error {
+	tag := Tag(j.Agent, j.OriginSession)
+	fields := map[string]any{
+		fID: j.ID, fAgent: j.Agent, fSession: j.OriginSession, fKind: string(j.Kind),
+		fSubagent: j.SubagentType, fDescription: j.Description, fPrompt: j.Prompt,
+		fWorkType: j.WorkType, fWorkArgs: string(j.WorkArgs), fStatus: string(StatusQueued),
+		fNotified: "0", fIncognito: boolStr(j.Incognito), fAttempts: "0",
+		fCreated: ms(j.CreatedAt),
+	}
+	if j.BatchID != nil {
+		fields[fBatch] = *j.BatchID
+	}
+	score := float64(j.CreatedAt.UnixMilli())
+	_, err := s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		p.HSet(ctx, s.k.job(tag, j.ID), fields)
+		p.ZAdd(ctx, s.k.sessionJobs(tag), redis.Z{Score: score, Member: j.ID})
+		p.ZAdd(ctx, s.k.agentJobs(j.Agent), redis.Z{Score: score, Member: j.ID})
+		p.HSet(ctx, s.k.jobIndex(), j.ID, tag)
+		p.ZAdd(ctx, s.k.active(), redis.Z{Score: score, Member: j.ID})
+		return nil
+	})
+	if err != nil {
+		return unavailable("create job", err)
+	}
+	return nil
+}
+
+// forget removes a row that never became a job (its task could not be
+// enqueued), best effort.
+func (s *Store) forget(ctx context.Context, j *Job) {
+	tag := Tag(j.Agent, j.OriginSession)
+	_, _ = s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		p.Del(ctx, s.k.job(tag, j.ID))
+		p.ZRem(ctx, s.k.sessionJobs(tag), j.ID)
+		p.ZRem(ctx, s.k.agentJobs(j.Agent), j.ID)
+		p.HDel(ctx, s.k.jobIndex(), j.ID)
+		p.ZRem(ctx, s.k.active(), j.ID)
+		return nil
+	})
+}
+
+// tagOf returns the session tag of a job id, or "" if unknown.
+func (s *Store) tagOf(ctx context.Context, id string) (string, error) {
+	tag, err := s.rdb.HGet(ctx, s.k.jobIndex(), id).Result()
+	if errors.Is(err, redis.Nil) {
+		return "", nil
+	}
+	if err != nil {
+		return "", unavailable("look up job", err)
+	}
+	return tag, nil
+}
+
+// load reads a row by tag and id; nil when it does not exist.
+func (s *Store) load(ctx context.Context, tag, id string) (*Job, error) {
+	h, err := s.rdb.HGetAll(ctx, s.k.job(tag, id)).Result()
+	if err != nil {
+		return nil, unavailable("read job", err)
+	}
+	if len(h) == 0 {
+		return nil, nil
+	}
+	return jobFromHash(h), nil
+}
+
+// lookup reads a row by id alone; nil when it does not exist.
+func (s *Store) lookup(ctx context.Context, id string) (*Job, error) {
+	tag, err := s.tagOf(ctx, id)
+	if err != nil || tag == "" {
+		return nil, err
+	}
+	j, err := s.load(ctx, tag, id)
+	if err == nil && j == nil {
+		// The row expired after it was notified: drop the stale index entry.
+		s.rdb.HDel(ctx, s.k.jobIndex(), id)
+	}
+	return j, err
+}
+
+// start runs startCmd. It returns the script's code and the attempt number.
+func (s *Store) start(ctx context.Context, tag, id string, now time.Time) (int64, int64, error) {
+	res, err := startCmd.Run(ctx, s.rdb, []string{s.k.job(tag, id)}, ms(now)).Int64Slice()
+	if err != nil {
+		return 0, 0, err
+	}
+	return res[0], res[1], nil
+}
+
+func (s *Store) requeue(ctx context.Context, tag, id string) error {
+	return requeueCmd.Run(ctx, s.rdb, []string{s.k.job(tag, id)}).Err()
+}
+
+// Outcome is how a job ended.
+type Outcome struct {
+	Status Status
+	Result *string
+	Error  *string
+}
+
+// settle runs settleCmd and, when this call ended the job, drops it from
+// the reconciler's active set. It reports whether this call settled it.
+func (s *Store) settle(ctx context.Context, tag, id string, o Outcome, now time.Time) (bool, error) {
+	var res, errText string
+	if o.Result != nil {
+		res = *o.Result
+	}
+	if o.Error != nil {
+		errText = *o.Error
+	}
+	n, err := settleCmd.Run(ctx, s.rdb, []string{s.k.job(tag, id), s.k.pending(tag)},
+		string(o.Status), boolStr(o.Result != nil), res, boolStr(o.Error != nil), errText,
+		ms(now), int64(s.retention.Seconds())).Int64()
+	if err != nil {
+		return false, unavailable("settle job", err)
+	}
+	if n != 0 {
+		// The active set is only the reconciler's to-do list; a crash here
+		// leaves an entry the next sweep clears.
+		s.rdb.ZRem(ctx, s.k.active(), id)
+	}
+	return n == 1, nil
+}
+
+// drainRow is one job handed over by drainCmd.
+type drainRow struct {
+	ID, Status, Description, Kind, SubagentType string
+	Result, Error, BatchID                      *string
+}
+
+func (s *Store) drain(ctx context.Context, tag, idemKey string, now time.Time) ([]drainRow, error) {
+	useIdem, idem := "0", s.k.drainIdem(tag, "")
+	if idemKey != "" {
+		useIdem, idem = "1", s.k.drainIdem(tag, idemKey)
+	}
+	args := []any{s.k.jobPrefix(tag), useIdem, int64(drainIdemTTL.Seconds()), int64(s.retention.Seconds()), ms(now)}
+	for _, f := range drainFields {
+		args = append(args, f)
+	}
+	raw, err := drainCmd.Run(ctx, s.rdb, []string{s.k.pending(tag), idem}, args...).Slice()
+	if err != nil {
+		return nil, unavailable("drain", err)
+	}
+	rows := make([]drainRow, 0, len(raw))
+	for _, r := range raw {
+		vals, _ := r.([]any)
+		if len(vals) != len(drainFields) {
+			continue
+		}
+		str := func(i int) string { v, _ := vals[i].(string); return v }
+		row := drainRow{ID: str(0), Status: str(1), Description: str(2), Kind: str(3), SubagentType: str(9)}
+		if str(4) == "1" {
+			v := str(5)
+			row.Result = &v
+		}
+		if str(6) == "1" {
+			v := str(7)
+			row.Error = &v
+		}
+		if b := str(8); b != "" {
+			row.BatchID = &b
+		}
+		rows = append(rows, row)
+	}
+	return rows, nil
+}
+
+// drainIdemTTL is how long a drain's Idempotency-Key replays (API.md).
+const drainIdemTTL = 10 * time.Minute
+
+func (s *Store) ack(ctx context.Context, tag, id string, now time.Time) (int64, error) {
+	n, err := ackCmd.Run(ctx, s.rdb, []string{s.k.job(tag, id), s.k.pending(tag)},
+		ms(now), int64(s.retention.Seconds())).Int64()
+	if err != nil {
+		return 0, unavailable("ack", err)
+	}
+	return n, nil
+}
+
+func (s *Store) remove(ctx context.Context, j *Job) (int64, error) {
+	tag := Tag(j.Agent, j.OriginSession)
+	n, err := deleteCmd.Run(ctx, s.rdb, []string{s.k.job(tag, j.ID), s.k.pending(tag), s.k.sessionJobs(tag)}, j.ID).Int64()
+	if err != nil {
+		return 0, unavailable("delete job", err)
+	}
+	if n == 1 {
+		_, _ = s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+			p.ZRem(ctx, s.k.agentJobs(j.Agent), j.ID)
+			p.HDel(ctx, s.k.jobIndex(), j.ID)
+			p.ZRem(ctx, s.k.active(), j.ID)
+			return nil
+		})
+	}
+	return n, nil
+}
+
+// putAgent stores an agent's configuration.
+func (s *Store) putAgent(ctx context.Context, a *Agent) error {
+	b, err := json.Marshal(a)
+	if err != nil {
+		return err
+	}
+	_, err = s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		p.Set(ctx, s.k.agent(a.Name), b, 0)
+		p.SAdd(ctx, s.k.agents(), a.Name)
+		return nil
+	})
+	if err != nil {
+		return unavailable("store agent", err)
+	}
+	return nil
+}
+
+// getAgent reads an agent's configuration; nil when none is stored.
+func (s *Store) getAgent(ctx context.Context, name string) (*Agent, error) {
+	b, err := s.rdb.Get(ctx, s.k.agent(name)).Bytes()
+	if errors.Is(err, redis.Nil) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, unavailable("read agent", err)
+	}
+	var a Agent
+	if err := json.Unmarshal(b, &a); err != nil {
+		return nil, fmt.Errorf("agent %s: stored configuration is corrupt: %w", name, err)
+	}
+	return &a, nil
+}

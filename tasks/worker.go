@@ -1,0 +1,267 @@
+package tasks
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/hibiken/asynq"
+)
+
+// settle ends j with o and publishes the completion when this call was the
+// one that ended it. It reports whether it was.
+func (m *Manager) settle(ctx context.Context, j *Job, o Outcome) (bool, error) {
+	ctx = context.WithoutCancel(ctx) // a settle must not be lost to a cancelled caller
+	now := m.now()
+	ok, err := m.store.settle(ctx, Tag(j.Agent, j.OriginSession), j.ID, o, now)
+	if err != nil || !ok {
+		return ok, err
+	}
+	e := Event{Type: EventCompleted, JobID: j.ID, Agent: j.Agent, OriginSession: j.OriginSession,
+		Status: o.Status, Kind: j.Kind, Description: j.Description, At: now.UTC()}
+	if o.Result != nil {
+		e.Result = *o.Result
+	}
+	if o.Error != nil {
+		e.Error = *o.Error
+	}
+	m.publish(ctx, e)
+	m.log.Info("job settled", slog.String("job_id", j.ID), slog.String("agent", j.Agent), slog.String("status", string(o.Status)))
+	return true, nil
+}
+
+// turnLease is how long a turn's slot under the global cap survives without
+// renewal: a worker that dies frees its slot within this time.
+const turnLease = 30 * time.Second
+
+// ProcessTask is the asynq handler of turn and work tasks. The registry row
+// is the truth: a task whose row has ended does nothing, so a re-run, a late
+// delivery or a cancelled job can never run twice or change an outcome.
+func (m *Manager) ProcessTask(ctx context.Context, t *asynq.Task) error {
+	id, _ := asynq.GetTaskID(ctx)
+	var p taskPayload
+	if err := json.Unmarshal(t.Payload(), &p); err != nil {
+		m.log.Error("task payload unreadable; dropping it", slog.String("task_id", id), slog.Any("err", err))
+		return fmt.Errorf("%w: payload: %v", asynq.SkipRetry, err)
+	}
+	tag := Tag(p.Agent, p.Session)
+	if t.Type() == TypeTurn {
+		// Take a slot first, so a job past the cap stays queued.
+		release, err := m.waitTurnSlot(ctx, id)
+		if err != nil {
+			return m.stoppedBeforeStart(ctx, tag, id, err)
+		}
+		defer release()
+	}
+	code, attempt, err := m.store.start(ctx, tag, id, m.now())
+	if err != nil {
+		return err // Redis trouble: asynq tries again later
+	}
+	if code <= 0 {
+		return nil // ended already (cancelled, settled by a twin) or deleted
+	}
+	j, err := m.store.load(ctx, tag, id)
+	if err != nil || j == nil {
+		return err
+	}
+	m.publish(ctx, Event{Type: EventRunning, JobID: id, Agent: j.Agent, OriginSession: j.OriginSession,
+		Status: StatusRunning, Kind: j.Kind, Description: j.Description, Attempt: attempt, At: m.now().UTC()})
+
+	runCtx, cancel := context.WithTimeout(ctx, m.cfg.TurnTimeout)
+	defer cancel()
+	result, runErr := m.run(runCtx, j)
+	if runErr == nil {
+		_, err := m.settle(ctx, j, Outcome{Status: StatusCompleted, Result: &result})
+		return err
+	}
+	if ctx.Err() != nil {
+		// Cancelled through the API (the row is already terminal), or the
+		// server is shutting down: hand the job back and let asynq requeue it.
+		_ = m.store.requeue(context.WithoutCancel(ctx), tag, id)
+		return ctx.Err()
+	}
+	msg := runErr.Error()
+	if errors.Is(runCtx.Err(), context.DeadlineExceeded) {
+		msg = fmt.Sprintf("timed out after %s", m.cfg.TurnTimeout)
+	} else if IsRetryable(runErr) {
+		retried, _ := asynq.GetRetryCount(ctx)
+		maxRetry, _ := asynq.GetMaxRetry(ctx)
+		if retried < maxRetry {
+			_ = m.store.requeue(ctx, tag, id)
+			return runErr
+		}
+		msg = fmt.Sprintf("gave up after %d attempts: %s", retried+1, msg)
+	}
+	_, err = m.settle(ctx, j, Outcome{Status: StatusFailed, Error: &msg})
+	return err
+}
+
+// stoppedBeforeStart handles a turn that never got a slot: if the row ended
+// meanwhile (cancelled while queued) the task is done, otherwise asynq tries
+// again later.
+func (m *Manager) stoppedBeforeStart(ctx context.Context, tag, id string, err error) error {
+	j, lerr := m.store.load(context.WithoutCancel(ctx), tag, id)
+	if lerr == nil && (j == nil || j.Status.Terminal()) {
+		return nil
+	}
+	return err
+}
+
+// run does the work of one job.
+func (m *Manager) run(ctx context.Context, j *Job) (string, error) {
+	switch j.Kind {
+	case KindWork:
+		kind, ok := m.kinds.Lookup(j.WorkType)
+		if !ok {
+			return "", fmt.Errorf("work kind %q is not registered in this process", j.WorkType)
+		}
+		return kind.Run(ctx, j.WorkArgs)
+	case KindTurn:
+		if m.turns == nil {
+			return "", errors.New("this process cannot run turns (no A2A runner)")
+		}
+		agent, err := m.store.getAgent(ctx, j.Agent)
+		if err != nil {
+			return "", Retryable(err)
+		}
+		if agent == nil || agent.A2AURL == "" {
+			return "", fmt.Errorf("agent %q has no a2a_url", j.Agent)
+		}
+		return m.turns.RunTurn(ctx, Turn{
+			AgentURL: agent.A2AURL, JobID: j.ID, OriginSession: j.OriginSession,
+			SubagentType: j.SubagentType, Preamble: agent.SubagentTypes[j.SubagentType], Prompt: j.Prompt,
+		})
+	}
+	return "", fmt.Errorf("unknown job kind %q", j.Kind)
+}
+
+// waitTurnSlot blocks until the job holds a slot of the global turn cap and
+// returns the function that frees it. The slot's lease is renewed while the
+// turn runs, so a dead worker's slot frees itself.
+func (m *Manager) waitTurnSlot(ctx context.Context, id string) (func(), error) {
+	acquire := func() (bool, error) {
+		now := m.now()
+		n, err := acquireTurnCmd.Run(ctx, m.rdb, []string{m.k.turnSem()}, id,
+			now.UnixMilli(), now.Add(turnLease).UnixMilli(), m.cfg.TurnConcurrency).Int()
+		return n == 1, err
+	}
+	delay := m.cfg.PollInterval
+	for {
+		ok, err := acquire()
+		if ok {
+			break
+		}
+		if err != nil && ctx.Err() == nil {
+			m.log.Warn("turn slot", slog.String("job_id", id), slog.Any("err", err))
+		}
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(delay):
+		}
+		delay = min(delay*2, time.Second)
+	}
+	renewCtx, stop := context.WithCancel(context.WithoutCancel(ctx))
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		tick := time.NewTicker(turnLease / 3)
+		defer tick.Stop()
+		for {
+			select {
+			case <-renewCtx.Done():
+				return
+			case <-tick.C:
+				now := m.now()
+				m.rdb.ZAddXX(renewCtx, m.k.turnSem(), redisZ(now.Add(turnLease).UnixMilli(), id))
+			}
+		}
+	})
+	return func() {
+		stop()
+		wg.Wait()
+		m.rdb.ZRem(context.WithoutCancel(ctx), m.k.turnSem(), id)
+	}, nil
+}
+
+// RunningTurns reports how many turn slots are held right now.
+func (m *Manager) RunningTurns(ctx context.Context) (int64, error) {
+	return m.rdb.ZCount(ctx, m.k.turnSem(), strconv.FormatInt(m.now().UnixMilli(), 10), "+inf").Result()
+}
+
+// retryDelay backs off 1s, 2s, 4s … up to 5 minutes.
+func retryDelay(n int, _ error, _ *asynq.Task) time.Duration {
+	return min(time.Second<<min(n, 9), 5*time.Minute)
+}
+
+// Worker runs the asynq servers of one process: one for work jobs and one
+// for turns, each with its own concurrency, plus the reconciler.
+type Worker struct {
+	m       *Manager
+	servers []*asynq.Server
+	rec     *Reconciler
+	mux     *asynq.ServeMux
+}
+
+// NewWorker builds the servers; Start runs them.
+func (m *Manager) NewWorker() *Worker {
+	mux := asynq.NewServeMux()
+	mux.HandleFunc(TypeTurn, m.ProcessTask)
+	mux.HandleFunc(TypeWork, m.ProcessTask)
+	logger := asynqLogger{m.log.With(slog.String("component", "asynq"))}
+	base := asynq.Config{
+		TaskCheckInterval:        m.cfg.PollInterval,
+		DelayedTaskCheckInterval: time.Second,
+		ShutdownTimeout:          m.cfg.ShutdownTimeout,
+		RetryDelayFunc:           retryDelay,
+		Logger:                   logger,
+		LogLevel:                 asynq.WarnLevel,
+	}
+	work, turns := base, base
+	work.Concurrency = m.cfg.WorkConcurrency
+	work.Queues = map[string]int{m.Queue(QueueWork): 1}
+	turns.Concurrency = m.cfg.TurnConcurrency
+	turns.Queues = map[string]int{m.Queue(QueueTurns): 1}
+	w := &Worker{m: m, rec: m.NewReconciler()}
+	for _, cfg := range []asynq.Config{work, turns} {
+		w.servers = append(w.servers, asynq.NewServerFromRedisClient(m.rdb, cfg))
+	}
+	w.mux = mux
+	return w
+}
+
+// Start runs the servers and the reconciler.
+func (w *Worker) Start(ctx context.Context) error {
+	for _, s := range w.servers {
+		if err := s.Start(w.mux); err != nil {
+			return err
+		}
+	}
+	w.rec.Start(ctx)
+	return nil
+}
+
+// Shutdown stops taking tasks, lets running ones finish within the
+// shutdown timeout (the rest go back to their queue), and stops the
+// reconciler.
+func (w *Worker) Shutdown() {
+	var wg sync.WaitGroup
+	for _, s := range w.servers {
+		wg.Go(s.Shutdown)
+	}
+	wg.Wait()
+	w.rec.Stop()
+}
+
+// asynqLogger sends asynq's logs to slog.
+type asynqLogger struct{ l *slog.Logger }
+
+func (a asynqLogger) Debug(args ...any) { a.l.Debug(fmt.Sprint(args...)) }
+func (a asynqLogger) Info(args ...any)  { a.l.Info(fmt.Sprint(args...)) }
+func (a asynqLogger) Warn(args ...any)  { a.l.Warn(fmt.Sprint(args...)) }
+func (a asynqLogger) Error(args ...any) { a.l.Error(fmt.Sprint(args...)) }
+func (a asynqLogger) Fatal(args ...any) { a.l.Error(fmt.Sprint(args...)) }

@@ -1,0 +1,29 @@
+package bgjobs
+
+import "regexp"
+
+// Limits of the HTTP contract (API.md "Conventions").
+const (
+	MaxBodyBytes        = 1 << 20
+	MaxPromptBytes      = 256 << 10
+	MaxDescriptionChars = 500
+)
+
+var (
+	agentNameRE = regexp.MustCompile(`^[a-z0-9_-]{1,64}$`)
+	sessionRE   = regexp.MustCompile(`^[A-Za-z0-9._:@/-]{1,200}$`)
+	jobIDRE     = regexp.MustCompile(`^bg-[0-9a-f]{12}$`)
+	batchIDRE   = regexp.MustCompile(`^bt-[0-9a-f]{12}$`)
+)
+
+// ValidAgentName reports whether s is 1–64 characters of [a-z0-9_-].
+func ValidAgentName(s string) bool { return agentNameRE.MatchString(s) }
+
+// ValidSession reports whether s is 1–200 characters of [A-Za-z0-9._:@/-].
+func ValidSession(s string) bool { return sessionRE.MatchString(s) }
+
+// ValidJobID reports whether s has the shape bg-<12 hex>.
+func ValidJobID(s string) bool { return jobIDRE.MatchString(s) }
+
+// ValidBatchID reports whether s has the shape bt-<12 hex>.
+func ValidBatchID(s string) bool { return batchIDRE.MatchString(s) }
