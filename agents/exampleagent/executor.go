@@ -1,0 +1,146 @@
+// Package exampleagent is a small, real A2A agent (a2a-go's JSON-RPC server)
+// for the quick start, demos and end-to-end tests. It does not pretend to be
+// a language model: it answers every turn deterministically from its prompt
+// and logs each message it receives as one JSON line.
+//
+// Directives in a prompt change what it does, so demos can show every path:
+//
+//	[sleep 3s]   take that long before answering (a cancel stops it)
+//	[fail]       end the task failed
+//	[task]       answer through a task with an artifact instead of a message
+package exampleagent
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"regexp"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/a2aproject/a2a-go/a2a"
+	"github.com/a2aproject/a2a-go/a2asrv"
+	"github.com/a2aproject/a2a-go/a2asrv/eventqueue"
+)
+
+// received is one log line: what arrived and in which conversation.
+type received struct {
+	At        time.Time      `json:"at"`
+	ContextID string         `json:"context_id"`
+	MessageID string         `json:"message_id"`
+	Metadata  map[string]any `json:"metadata,omitempty"`
+	Text      string         `json:"text"`
+}
+
+type executor struct {
+	mu  sync.Mutex
+	log *json.Encoder
+}
+
+var sleepRE = regexp.MustCompile(`\[sleep ([0-9a-z.]+)\]`)
+
+func (e *executor) Execute(ctx context.Context, rc *a2asrv.RequestContext, q eventqueue.Queue) error {
+	text := ""
+	var meta map[string]any
+	msgID := ""
+	if rc.Message != nil {
+		text = textOf(rc.Message.Parts)
+		meta = rc.Message.Metadata
+		msgID = rc.Message.ID
+	}
+	e.mu.Lock()
+	_ = e.log.Encode(received{At: time.Now().UTC(), ContextID: rc.ContextID, MessageID: msgID, Metadata: meta, Text: text})
+	e.mu.Unlock()
+
+	if m := sleepRE.FindStringSubmatch(text); m != nil {
+		if d, err := time.ParseDuration(m[1]); err == nil {
+			select {
+			case <-ctx.Done():
+				return ctx.Err()
+			case <-time.After(d):
+			}
+		}
+	}
+	answer := report(text)
+	switch {
+	case strings.Contains(text, "[fail]"):
+		if rc.StoredTask == nil {
+			if err := q.Write(ctx, a2a.NewSubmittedTask(rc, rc.Message)); err != nil {
+				return err
+			}
+		}
+		ev := a2a.NewStatusUpdateEvent(rc, a2a.TaskStateFailed,
+			a2a.NewMessageForTask(a2a.MessageRoleAgent, rc, a2a.TextPart{Text: "asked to fail by the prompt"}))
+		ev.Final = true
+		return q.Write(ctx, ev)
+	case strings.Contains(text, "[task]"):
+		if rc.StoredTask == nil {
+			if err := q.Write(ctx, a2a.NewSubmittedTask(rc, rc.Message)); err != nil {
+				return err
+			}
+		}
+		if err := q.Write(ctx, a2a.NewArtifactEvent(rc, a2a.TextPart{Text: answer})); err != nil {
+			return err
+		}
+		ev := a2a.NewStatusUpdateEvent(rc, a2a.TaskStateCompleted, nil)
+		ev.Final = true
+		return q.Write(ctx, ev)
+	}
+	return q.Write(ctx, a2a.NewMessage(a2a.MessageRoleAgent, a2a.TextPart{Text: answer}))
+}
+
+func (e *executor) Cancel(ctx context.Context, rc *a2asrv.RequestContext, q eventqueue.Queue) error {
+	ev := a2a.NewStatusUpdateEvent(rc, a2a.TaskStateCanceled, nil)
+	ev.Final = true
+	return q.Write(ctx, ev)
+}
+
+// report derives an answer from the prompt alone, so the same prompt always
+// gets the same report.
+func report(prompt string) string {
+	sum := sha256.Sum256([]byte(prompt))
+	lines := strings.Split(strings.TrimSpace(prompt), "\n")
+	last := strings.TrimSpace(lines[len(lines)-1])
+	return fmt.Sprintf("Report on: %s\n\nThe prompt has %d words in %d lines. Fingerprint %s.",
+		last, len(strings.Fields(prompt)), len(lines), hex.EncodeToString(sum[:6]))
+}
+
+func textOf(parts a2a.ContentParts) string {
+	var out []string
+	for _, p := range parts {
+		switch v := p.(type) {
+		case a2a.TextPart:
+			out = append(out, v.Text)
+		case *a2a.TextPart:
+			out = append(out, v.Text)
+		}
+	}
+	return strings.Join(out, "\n")
+}
+
+// NewHandler serves the agent's card and its A2A JSON-RPC endpoint at /a2a.
+func NewHandler(addr string, logTo io.Writer) http.Handler {
+	card := &a2a.AgentCard{
+		Name:               "bgjobs example agent",
+		Description:        "Answers turns deterministically from the prompt; logs every message it receives.",
+		URL:                "http://" + addr + "/a2a",
+		PreferredTransport: a2a.TransportProtocolJSONRPC,
+		ProtocolVersion:    "0.3.0",
+		Version:            "1.0.0",
+		DefaultInputModes:  []string{"text/plain"},
+		DefaultOutputModes: []string{"text/plain"},
+		Skills: []a2a.AgentSkill{{
+			ID: "report", Name: "Deterministic report",
+			Description: "Returns a short report derived from the prompt.", Tags: []string{"demo"},
+		}},
+	}
+	mux := http.NewServeMux()
+	mux.Handle("/a2a", a2asrv.NewJSONRPCHandler(a2asrv.NewHandler(&executor{log: json.NewEncoder(logTo)})))
+	mux.Handle(a2asrv.WellKnownAgentCardPath, a2asrv.NewStaticAgentCardHandler(card))
+	return mux
+}

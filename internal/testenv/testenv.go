@@ -1,0 +1,185 @@
+// Package testenv gives each test its own Redis space: a namespace on the
+// server named by BGJOBS_TEST_REDIS_URL (CI runs the suite against real
+// Redis that way), or a private miniredis when the variable is unset.
+package testenv
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"net"
+	"os"
+	"os/exec"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/alicebob/miniredis/v2"
+	"github.com/redis/go-redis/v9"
+)
+
+// Env is one test's Redis space.
+type Env struct {
+	// RDB is a client on the test's database.
+	RDB redis.UniversalClient
+	// URL is the Redis URL a subprocess or run() should use; "" means the
+	// test runs on an in-process miniredis that only RDB reaches.
+	URL string
+	// Namespace is the test's own key prefix.
+	Namespace string
+	// Mini is the miniredis in use, or nil on real Redis.
+	Mini *miniredis.Miniredis
+}
+
+// Real reports whether the suite runs against a real Redis.
+func Real() bool { return os.Getenv("BGJOBS_TEST_REDIS_URL") != "" }
+
+// CI reports whether the suite runs in CI, where a missing dependency must
+// fail the test instead of skipping it.
+func CI() bool { return os.Getenv("CI") == "true" }
+
+// SkipOrFail skips t locally and fails it in CI.
+func SkipOrFail(t testing.TB, why string) {
+	t.Helper()
+	if CI() {
+		t.Fatalf("CI=true and %s", why)
+	}
+	t.Skip(why)
+}
+
+// NewNamespace returns a fresh key prefix.
+func NewNamespace() string {
+	var b [4]byte
+	_, _ = rand.Read(b[:])
+	return "t" + hex.EncodeToString(b[:])
+}
+
+// New returns a Redis space for t and removes it when t ends.
+func New(t testing.TB) *Env {
+	t.Helper()
+	ns := NewNamespace()
+	if url := os.Getenv("BGJOBS_TEST_REDIS_URL"); url != "" {
+		opt, err := redis.ParseURL(url)
+		if err != nil {
+			t.Fatalf("BGJOBS_TEST_REDIS_URL: %v", err)
+		}
+		rdb := redis.NewClient(opt)
+		if err := rdb.Ping(context.Background()).Err(); err != nil {
+			t.Fatalf("BGJOBS_TEST_REDIS_URL does not answer: %v", err)
+		}
+		t.Cleanup(func() {
+			Purge(rdb, ns)
+			_ = rdb.Close()
+		})
+		return &Env{RDB: rdb, URL: url, Namespace: ns}
+	}
+	m := miniredis.NewMiniRedis()
+	if err := m.StartAddr("127.0.0.1:0"); err != nil {
+		t.Fatalf("miniredis: %v", err)
+	}
+	rdb := redis.NewClient(&redis.Options{Addr: m.Addr()})
+	t.Cleanup(func() {
+		_ = rdb.Close()
+		m.Close()
+	})
+	return &Env{RDB: rdb, URL: "redis://" + m.Addr(), Namespace: ns, Mini: m}
+}
+
+// Purge deletes every key of namespace ns, bgjobs' and asynq's alike.
+func Purge(rdb redis.UniversalClient, ns string) {
+	ctx := context.Background()
+	for _, pattern := range []string{ns + ":*", "asynq:{" + ns + ":*"} {
+		iter := rdb.Scan(ctx, 0, pattern, 500).Iterator()
+		var batch []string
+		for iter.Next(ctx) {
+			batch = append(batch, iter.Val())
+			if len(batch) == 500 {
+				rdb.Unlink(ctx, batch...)
+				batch = batch[:0]
+			}
+		}
+		if len(batch) > 0 {
+			rdb.Unlink(ctx, batch...)
+		}
+	}
+	for _, q := range []string{"turns", "work", "resume", "control"} {
+		rdb.SRem(ctx, "asynq:queues", ns+":"+q)
+	}
+}
+
+// FreePort returns a loopback port nobody listens on right now.
+func FreePort(t testing.TB) int {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().(*net.TCPAddr).Port
+}
+
+// RedisServer is a private redis-server process.
+type RedisServer struct {
+	Port int
+	Dir  string
+	cmd  *exec.Cmd
+	args []string
+}
+
+// StartRedisServer starts a private redis-server on a free loopback port
+// with AOF persistence (fsync always), for tests that kill processes.
+func StartRedisServer(t testing.TB) *RedisServer {
+	t.Helper()
+	bin, err := exec.LookPath("redis-server")
+	if err != nil {
+		SkipOrFail(t, "redis-server is not installed")
+	}
+	s := &RedisServer{Port: FreePort(t), Dir: t.TempDir()}
+	s.args = []string{"--port", strconv.Itoa(s.Port), "--bind", "127.0.0.1", "--dir", s.Dir,
+		"--appendonly", "yes", "--appendfsync", "always", "--save", "", "--daemonize", "no"}
+	s.cmd = exec.Command(bin, s.args...)
+	if err := s.cmd.Start(); err != nil {
+		t.Fatalf("redis-server: %v", err)
+	}
+	t.Cleanup(func() { s.Kill() })
+	s.waitReady(t)
+	return s
+}
+
+// URL is the server's redis:// URL.
+func (s *RedisServer) URL() string { return "redis://127.0.0.1:" + strconv.Itoa(s.Port) + "/0" }
+
+// Kill stops the server with SIGKILL.
+func (s *RedisServer) Kill() {
+	if s.cmd != nil && s.cmd.Process != nil {
+		_ = s.cmd.Process.Kill()
+		_ = s.cmd.Wait()
+	}
+}
+
+func (s *RedisServer) waitReady(t testing.TB) {
+	t.Helper()
+	rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:" + strconv.Itoa(s.Port)})
+	defer rdb.Close()
+	deadline := time.Now().Add(10 * time.Second)
+	for time.Now().Before(deadline) {
+		if rdb.Ping(context.Background()).Err() == nil {
+			return
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	t.Fatalf("redis-server on port %d did not come up", s.Port)
+}
+
+// Eventually polls cond every 20ms until it holds or timeout passes.
+func Eventually(t testing.TB, timeout time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for time.Now().Before(deadline) {
+		if cond() {
+			return
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	t.Fatalf("timed out after %s waiting for %s", timeout, what)
+}

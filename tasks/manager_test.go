@@ -1,0 +1,551 @@
+package tasks
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/hibiken/asynq"
+	"github.com/stretchr/testify/require"
+
+	"github.com/bgjobs/bgjobs"
+	"github.com/bgjobs/bgjobs/internal/testenv"
+)
+
+type testBundle struct {
+	env *testenv.Env
+	m   *Manager
+	cfg bgjobs.Config
+	now atomic.Pointer[time.Time] // nil: real time
+}
+
+type setupOpt func(*bgjobs.Config, *Deps)
+
+func setup(t *testing.T, opts ...setupOpt) *testBundle {
+	t.Helper()
+	env := testenv.New(t)
+	b := &testBundle{env: env}
+	cfg := bgjobs.Config{Namespace: env.Namespace, PollInterval: 10 * time.Millisecond, WorkConcurrency: 20, ShutdownTimeout: 2 * time.Second}
+	d := Deps{Now: func() time.Time {
+		if p := b.now.Load(); p != nil {
+			return *p
+		}
+		return time.Now()
+	}}
+	for _, o := range opts {
+		o(&cfg, &d)
+	}
+	b.cfg = cfg.WithDefaults()
+	b.m = NewManager(env.RDB, b.cfg, d)
+	t.Cleanup(func() { _ = b.m.Close() })
+	return b
+}
+
+// startWorker runs the asynq servers until the test ends.
+func (b *testBundle) startWorker(t *testing.T) {
+	t.Helper()
+	w := b.m.NewWorker()
+	require.NoError(t, w.Start(context.Background()))
+	t.Cleanup(w.Shutdown)
+}
+
+func echoSpawn(session, text string, delayMS int, fail bool) SpawnRequest {
+	args, _ := json.Marshal(EchoArgs{Text: text, DelayMS: delayMS, Fail: fail})
+	return SpawnRequest{Agent: "alpha", OriginSession: session, Kind: KindWork, Description: "echo " + text,
+		Work: &WorkSpec{Type: "echo", Args: args}}
+}
+
+func (b *testBundle) spawn(t *testing.T, req SpawnRequest) *Job {
+	t.Helper()
+	j, _, err := b.m.Spawn(context.Background(), req)
+	require.NoError(t, err)
+	return j
+}
+
+func (b *testBundle) waitStatus(t *testing.T, id string, want Status, timeout time.Duration) *Job {
+	t.Helper()
+	var j *Job
+	testenv.Eventually(t, timeout, fmt.Sprintf("%s to be %s", id, want), func() bool {
+		var err error
+		j, err = b.m.Get(context.Background(), "alpha", id)
+		require.NoError(t, err)
+		return j.Status == want
+	})
+	return j
+}
+
+func TestSpawnRunDrain(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.startWorker(t)
+	ctx := context.Background()
+
+	ok := b.spawn(t, echoSpawn("chat-1", "hello", 0, false))
+	bad := b.spawn(t, echoSpawn("chat-1", "boom", 0, true))
+	require.Equal(t, StatusQueued, ok.Status)
+	j := b.waitStatus(t, ok.ID, StatusCompleted, 10*time.Second)
+	require.Equal(t, "hello", *j.Result)
+	require.Equal(t, 1, j.Attempts)
+	require.NotNil(t, j.StartedAt)
+	require.NotNil(t, j.CompletedAt)
+	f := b.waitStatus(t, bad.ID, StatusFailed, 10*time.Second)
+	require.Equal(t, "boom", *f.Error)
+	require.Equal(t, 1, f.Attempts, "a failure the kind did not mark retryable is final")
+
+	ns, err := b.m.Drain(ctx, "alpha", "chat-1", "")
+	require.NoError(t, err)
+	require.Len(t, ns, 2)
+	got := map[string]Notification{ns[0].JobID: ns[0], ns[1].JobID: ns[1]}
+	require.Contains(t, got[ok.ID].Text, "<result>hello</result>")
+	require.Contains(t, got[bad.ID].Text, "<error>boom</error>")
+	require.Contains(t, got[bad.ID].Text, "<status>failed</status>")
+
+	again, err := b.m.Drain(ctx, "alpha", "chat-1", "")
+	require.NoError(t, err)
+	require.Empty(t, again)
+
+	j, err = b.m.Get(ctx, "alpha", ok.ID)
+	require.NoError(t, err)
+	require.True(t, j.Notified)
+}
+
+func TestDrainOldestCompletionFirst(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	var ids []string
+	for i := range 5 {
+		j := b.spawn(t, echoSpawn("chat-1", fmt.Sprint(i), 0, false))
+		ids = append(ids, j.ID)
+	}
+	// Settle in reverse spawn order, at distinct instants.
+	base := time.Now()
+	for i, id := range slices.Backward(ids) {
+		at := base.Add(time.Duration(5-i) * time.Second)
+		b.now.Store(&at)
+		j, err := b.m.store.lookup(ctx, id)
+		require.NoError(t, err)
+		r := "r"
+		_, err = b.m.settle(ctx, j, Outcome{Status: StatusCompleted, Result: &r})
+		require.NoError(t, err)
+	}
+	ns, err := b.m.Drain(ctx, "alpha", "chat-1", "")
+	require.NoError(t, err)
+	var got []string
+	for _, n := range ns {
+		got = append(got, n.JobID)
+	}
+	want := slices.Clone(ids)
+	slices.Reverse(want)
+	require.Equal(t, want, got)
+}
+
+// Eight goroutines drain one session while 500 jobs complete: every job is
+// handed over exactly once.
+func TestDrainExactlyOnceUnderConcurrency(t *testing.T) {
+	t.Parallel()
+	b := setup(t, func(c *bgjobs.Config, _ *Deps) { c.WorkConcurrency = 50 })
+	b.startWorker(t)
+	ctx := context.Background()
+	const n = 500
+	want := map[string]bool{}
+	var spawnWG sync.WaitGroup
+	var mu sync.Mutex
+	for w := range 10 {
+		spawnWG.Go(func() {
+			for i := range n / 10 {
+				j := b.spawn(t, echoSpawn("chat-x", fmt.Sprintf("%d-%d", w, i), i%3, false))
+				mu.Lock()
+				want[j.ID] = true
+				mu.Unlock()
+			}
+		})
+	}
+	drained := make([][]string, 8)
+	var total atomic.Int64
+	var wg sync.WaitGroup
+	deadline := time.Now().Add(60 * time.Second)
+	for d := range 8 {
+		wg.Go(func() {
+			for total.Load() < n && time.Now().Before(deadline) {
+				ns, err := b.m.Drain(ctx, "alpha", "chat-x", "")
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				for _, x := range ns {
+					drained[d] = append(drained[d], x.JobID)
+				}
+				total.Add(int64(len(ns)))
+				time.Sleep(time.Millisecond)
+			}
+		})
+	}
+	spawnWG.Wait()
+	wg.Wait()
+	seen := map[string]int{}
+	for _, ids := range drained {
+		for _, id := range ids {
+			seen[id]++
+		}
+	}
+	require.Len(t, seen, n, "the union of the drained sets is every job")
+	for id, c := range seen {
+		require.Equal(t, 1, c, "job %s drained %d times", id, c)
+		require.True(t, want[id])
+	}
+}
+
+// A settle that runs twice (a re-run after a lost lease) leaves one terminal
+// state and one notification.
+func TestSettleTwiceIsOneOutcome(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	j := b.spawn(t, echoSpawn("chat-1", "x", 0, false))
+	tag := Tag(j.Agent, j.OriginSession)
+
+	code, attempt, err := b.m.store.start(ctx, tag, j.ID, time.Now())
+	require.NoError(t, err)
+	require.Equal(t, []int64{1, 1}, []int64{code, attempt})
+	// The lease was lost: asynq runs the task again while the row is running.
+	code, attempt, err = b.m.store.start(ctx, tag, j.ID, time.Now())
+	require.NoError(t, err)
+	require.Equal(t, []int64{2, 2}, []int64{code, attempt})
+
+	first, second := "first", "second"
+	ok, err := b.m.settle(ctx, j, Outcome{Status: StatusCompleted, Result: &first})
+	require.NoError(t, err)
+	require.True(t, ok)
+	msg := "late failure"
+	ok, err = b.m.settle(ctx, j, Outcome{Status: StatusFailed, Error: &msg})
+	require.NoError(t, err)
+	require.False(t, ok, "a terminal job never changes")
+	ok, err = b.m.settle(ctx, j, Outcome{Status: StatusCompleted, Result: &second})
+	require.NoError(t, err)
+	require.False(t, ok)
+	code, _, err = b.m.store.start(ctx, tag, j.ID, time.Now())
+	require.NoError(t, err)
+	require.Equal(t, int64(0), code, "a terminal job does not start again")
+
+	got, err := b.m.Get(ctx, "alpha", j.ID)
+	require.NoError(t, err)
+	require.Equal(t, StatusCompleted, got.Status)
+	require.Equal(t, "first", *got.Result)
+	ns, err := b.m.Drain(ctx, "alpha", "chat-1", "")
+	require.NoError(t, err)
+	require.Len(t, ns, 1)
+}
+
+func TestDrainIdempotencyKeyReplays(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	j := b.spawn(t, echoSpawn("chat-1", "x", 0, false))
+	r := "done"
+	_, err := b.m.settle(ctx, j, Outcome{Status: StatusCompleted, Result: &r})
+	require.NoError(t, err)
+
+	first, err := b.m.Drain(ctx, "alpha", "chat-1", "turn-7")
+	require.NoError(t, err)
+	require.Len(t, first, 1)
+	// The response was lost; the client retries with the same key.
+	again, err := b.m.Drain(ctx, "alpha", "chat-1", "turn-7")
+	require.NoError(t, err)
+	require.Equal(t, first, again)
+	// Another key sees nothing new.
+	other, err := b.m.Drain(ctx, "alpha", "chat-1", "turn-8")
+	require.NoError(t, err)
+	require.Empty(t, other)
+}
+
+func TestAckSharesTheDrainFlip(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	j := b.spawn(t, echoSpawn("chat-1", "x", 0, false))
+	_, err := b.m.Ack(ctx, "alpha", j.ID)
+	require.Equal(t, bgjobs.EConflict, bgjobs.ErrorCode(err), "a job that has not ended cannot be acked")
+
+	r := "done"
+	_, err = b.m.settle(ctx, j, Outcome{Status: StatusCompleted, Result: &r})
+	require.NoError(t, err)
+	flipped, err := b.m.Ack(ctx, "alpha", j.ID)
+	require.NoError(t, err)
+	require.True(t, flipped)
+	flipped, err = b.m.Ack(ctx, "alpha", j.ID)
+	require.NoError(t, err)
+	require.False(t, flipped)
+	ns, err := b.m.Drain(ctx, "alpha", "chat-1", "")
+	require.NoError(t, err)
+	require.Empty(t, ns, "an acked job is not drained")
+}
+
+// The seed bug: an unread completion must never age out, however long the
+// parent takes; retention starts only once it was notified.
+func TestUnreadResultNeverExpires(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	if b.env.Mini == nil {
+		t.Skip("ageing keys by months needs miniredis' clock; the same scripts run on real Redis elsewhere")
+	}
+	ctx := context.Background()
+	j := b.spawn(t, echoSpawn("chat-1", "x", 0, false))
+	r := "done"
+	_, err := b.m.settle(ctx, j, Outcome{Status: StatusCompleted, Result: &r})
+	require.NoError(t, err)
+
+	b.env.Mini.FastForward(90 * 24 * time.Hour)
+	ns, err := b.m.Drain(ctx, "alpha", "chat-1", "")
+	require.NoError(t, err)
+	require.Len(t, ns, 1, "still delivered after 90 days unread")
+
+	ttl := b.env.Mini.TTL(b.m.k.job(Tag("alpha", "chat-1"), j.ID))
+	require.Equal(t, b.cfg.Retention, ttl, "retention applies once notified")
+	b.env.Mini.FastForward(b.cfg.Retention + time.Second)
+	_, err = b.m.Get(ctx, "alpha", j.ID)
+	require.Equal(t, bgjobs.ENotFound, bgjobs.ErrorCode(err))
+}
+
+func TestCancelQueuedJob(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	j := b.spawn(t, echoSpawn("chat-1", "never", 0, false))
+	got, err := b.m.Cancel(ctx, "alpha", j.ID)
+	require.NoError(t, err)
+	require.Equal(t, StatusCancelled, got.Status)
+	_, err = b.m.Cancel(ctx, "alpha", j.ID)
+	require.Equal(t, bgjobs.EConflict, bgjobs.ErrorCode(err))
+
+	// A worker that starts now finds nothing to run.
+	b.startWorker(t)
+	time.Sleep(300 * time.Millisecond)
+	got, err = b.m.Get(ctx, "alpha", j.ID)
+	require.NoError(t, err)
+	require.Equal(t, StatusCancelled, got.Status)
+	require.Equal(t, 0, got.Attempts, "a cancelled queued job never runs")
+	require.Nil(t, got.Result)
+
+	ns, err := b.m.Drain(ctx, "alpha", "chat-1", "")
+	require.NoError(t, err)
+	require.Len(t, ns, 1)
+	require.Contains(t, ns[0].Text, "<status>cancelled</status>")
+	ns, err = b.m.Drain(ctx, "alpha", "chat-1", "")
+	require.NoError(t, err)
+	require.Empty(t, ns)
+}
+
+func TestCancelRunningJob(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.startWorker(t)
+	ctx := context.Background()
+	j := b.spawn(t, echoSpawn("chat-1", "slow", 20000, false))
+	b.waitStatus(t, j.ID, StatusRunning, 10*time.Second)
+
+	got, err := b.m.Cancel(ctx, "alpha", j.ID)
+	require.NoError(t, err)
+	require.Equal(t, StatusCancelled, got.Status)
+
+	// The handler stops and asynq lets the task go: it is not retried.
+	queue := b.m.Queue(QueueWork)
+	testenv.Eventually(t, 10*time.Second, "the task to leave the queue", func() bool {
+		info, err := b.m.insp.GetTaskInfo(queue, j.ID)
+		return err != nil || (info.State != asynq.TaskStateActive && info.State != asynq.TaskStatePending)
+	})
+	time.Sleep(1500 * time.Millisecond)
+	got, err = b.m.Get(ctx, "alpha", j.ID)
+	require.NoError(t, err)
+	require.Equal(t, StatusCancelled, got.Status)
+	require.Equal(t, 1, got.Attempts, "not retried")
+
+	ns, err := b.m.Drain(ctx, "alpha", "chat-1", "")
+	require.NoError(t, err)
+	require.Len(t, ns, 1)
+	ns, err = b.m.Drain(ctx, "alpha", "chat-1", "")
+	require.NoError(t, err)
+	require.Empty(t, ns)
+}
+
+func TestReconcileSettlesLostJobs(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	gone := b.spawn(t, echoSpawn("chat-1", "gone", 0, false))
+	archived := b.spawn(t, echoSpawn("chat-1", "archived", 0, false))
+	fine := b.spawn(t, echoSpawn("chat-1", "fine", 0, false))
+	queue := b.m.Queue(QueueWork)
+	require.NoError(t, b.m.insp.DeleteTask(queue, gone.ID))
+	require.NoError(t, b.m.insp.ArchiveTask(queue, archived.ID))
+
+	n, err := b.m.Reconcile(ctx)
+	require.NoError(t, err)
+	require.Zero(t, n, "young jobs are left alone: their task may be a moment away")
+
+	later := time.Now().Add(2 * reconcileGrace)
+	b.now.Store(&later)
+	n, err = b.m.Reconcile(ctx)
+	require.NoError(t, err)
+	require.Equal(t, 2, n)
+	g, err := b.m.Get(ctx, "alpha", gone.ID)
+	require.NoError(t, err)
+	require.Equal(t, StatusFailed, g.Status)
+	require.Contains(t, *g.Error, "task is gone")
+	a, err := b.m.Get(ctx, "alpha", archived.ID)
+	require.NoError(t, err)
+	require.Equal(t, StatusFailed, a.Status)
+	require.Contains(t, *a.Error, "gave up")
+	f, err := b.m.Get(ctx, "alpha", fine.ID)
+	require.NoError(t, err)
+	require.Equal(t, StatusQueued, f.Status)
+
+	n, err = b.m.Reconcile(ctx)
+	require.NoError(t, err)
+	require.Zero(t, n, "a second sweep changes nothing")
+	ns, err := b.m.Drain(ctx, "alpha", "chat-1", "")
+	require.NoError(t, err)
+	require.Len(t, ns, 2)
+}
+
+// blockingTurns is a TurnRunner that holds every turn until released, and
+// counts how many run at once.
+type blockingTurns struct {
+	running, peak atomic.Int64
+	release       chan struct{}
+}
+
+func (bt *blockingTurns) RunTurn(ctx context.Context, t Turn) (string, error) {
+	n := bt.running.Add(1)
+	defer bt.running.Add(-1)
+	for {
+		p := bt.peak.Load()
+		if n <= p || bt.peak.CompareAndSwap(p, n) {
+			break
+		}
+	}
+	select {
+	case <-bt.release:
+		return "report for " + t.JobID, nil
+	case <-ctx.Done():
+		return "", ctx.Err()
+	}
+}
+
+// Two worker processes, a global cap of 2: never more than two turns run,
+// and the rest stay queued until a slot frees.
+func TestTurnCapIsGlobal(t *testing.T) {
+	t.Parallel()
+	bt := &blockingTurns{release: make(chan struct{})}
+	withCap := func(c *bgjobs.Config, d *Deps) { c.TurnConcurrency = 2; d.Turns = bt }
+	b := setup(t, withCap)
+	second := NewManager(b.env.RDB, b.cfg, Deps{Turns: bt})
+	t.Cleanup(func() { _ = second.Close() })
+	b.startWorker(t)
+	w2 := second.NewWorker()
+	require.NoError(t, w2.Start(context.Background()))
+	t.Cleanup(w2.Shutdown)
+
+	ctx := context.Background()
+	require.NoError(t, b.m.PutAgent(ctx, &Agent{Name: "alpha", A2AURL: "http://127.0.0.1:1/a2a"}))
+	var ids []string
+	for i := range 5 {
+		j := b.spawn(t, SpawnRequest{Agent: "alpha", OriginSession: "chat-1", Kind: KindTurn, Description: "t", Prompt: fmt.Sprint(i)})
+		ids = append(ids, j.ID)
+	}
+	count := func() map[Status]int {
+		c := map[Status]int{}
+		for _, id := range ids {
+			j, err := b.m.Get(ctx, "alpha", id)
+			require.NoError(t, err)
+			c[j.Status]++
+		}
+		return c
+	}
+	testenv.Eventually(t, 10*time.Second, "two turns running", func() bool { return count()[StatusRunning] == 2 })
+	time.Sleep(500 * time.Millisecond)
+	require.Equal(t, map[Status]int{StatusRunning: 2, StatusQueued: 3}, count())
+	close(bt.release)
+	testenv.Eventually(t, 20*time.Second, "all turns completed", func() bool { return count()[StatusCompleted] == 5 })
+	require.LessOrEqual(t, bt.peak.Load(), int64(2))
+}
+
+func TestListNewestFirstWithCursor(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	var ids []string
+	base := time.Now()
+	for i := range 7 {
+		at := base.Add(time.Duration(i) * time.Millisecond)
+		b.now.Store(&at)
+		ids = append(ids, b.spawn(t, echoSpawn("chat-1", fmt.Sprint(i), 0, false)).ID)
+	}
+	b.spawn(t, echoSpawn("chat-2", "other", 0, false))
+	var got []string
+	cursor := ""
+	for {
+		page, next, err := b.m.List(ctx, ListRequest{Agent: "alpha", Session: "chat-1", Limit: 3, Cursor: cursor})
+		require.NoError(t, err)
+		for _, j := range page {
+			require.Nil(t, j.Result)
+			got = append(got, j.ID)
+		}
+		if next == "" {
+			break
+		}
+		cursor = next
+	}
+	slices.Reverse(ids)
+	require.Equal(t, ids, got)
+
+	all, _, err := b.m.List(ctx, ListRequest{Agent: "alpha"})
+	require.NoError(t, err)
+	require.Len(t, all, 8)
+	none, _, err := b.m.List(ctx, ListRequest{Agent: "beta"})
+	require.NoError(t, err)
+	require.Empty(t, none)
+}
+
+func TestSpawnIdempotencyKey(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	req := echoSpawn("chat-1", "x", 0, false)
+	req.IdempotencyKey = "k-1"
+	first, existed, err := b.m.Spawn(ctx, req)
+	require.NoError(t, err)
+	require.False(t, existed)
+	again, existed, err := b.m.Spawn(ctx, req)
+	require.NoError(t, err)
+	require.True(t, existed)
+	require.Equal(t, first.ID, again.ID)
+	req.Agent = "beta"
+	other, existed, err := b.m.Spawn(ctx, req)
+	require.NoError(t, err)
+	require.False(t, existed, "keys are per agent")
+	require.NotEqual(t, first.ID, other.ID)
+}
+
+func TestCutReportEndsAtABoundary(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		desc, in, want string
+		max            int
+	}{
+		{desc: "short stays whole", in: "One. Two.", max: 100, want: "One. Two."},
+		{desc: "sentence boundary", in: "First sentence here. Second one is long and goes on.", max: 30, want: "First sentence here."},
+		{desc: "line boundary", in: "line one is here\nline two goes on and on", max: 25, want: "line one is here"},
+		{desc: "no boundary cuts hard", in: "abcdefghijklmnopqrstuvwxyz", max: 10, want: "abcdefghij"},
+		{desc: "runes not bytes", in: "ééééééééééé", max: 4, want: "éééé"},
+	} {
+		t.Run(tc.desc, func(t *testing.T) {
+			require.Equal(t, tc.want, CutReport(tc.in, tc.max))
+		})
+	}
+}
