@@ -1,0 +1,164 @@
+package handlers
+
+import (
+	"context"
+	"encoding/json"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/bgjobs/bgjobs"
+	"github.com/bgjobs/bgjobs/internal/testenv"
+	"github.com/bgjobs/bgjobs/tasks"
+)
+
+type testBundle struct {
+	srv *httptest.Server
+	m   *tasks.Manager
+}
+
+func setup(t *testing.T) *testBundle {
+	t.Helper()
+	env := testenv.New(t)
+	cfg := bgjobs.Config{Namespace: env.Namespace, APIKeys: map[string]string{"key-a": "alpha"}}.WithDefaults()
+	m := tasks.NewManager(env.RDB, cfg, tasks.Deps{})
+	t.Cleanup(func() { _ = m.Close() })
+	srv := httptest.NewServer(NewServer(cfg, m, slog.New(slog.NewTextHandler(io.Discard, nil))))
+	t.Cleanup(srv.Close)
+	return &testBundle{srv: srv, m: m}
+}
+
+func (b *testBundle) do(t *testing.T, method, path, body string, hdr map[string]string) (int, map[string]any) {
+	t.Helper()
+	req, err := http.NewRequest(method, b.srv.URL+path, strings.NewReader(body))
+	require.NoError(t, err)
+	req.Header.Set("Authorization", "Bearer key-a")
+	for k, v := range hdr {
+		req.Header.Set(k, v)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	raw, _ := io.ReadAll(resp.Body)
+	var out map[string]any
+	if len(raw) > 0 {
+		require.NoError(t, json.Unmarshal(raw, &out), "not JSON: %s", raw)
+	}
+	return resp.StatusCode, out
+}
+
+// Every kind of bad input gets its documented 4xx code and a JSON error
+// naming what is wrong; none is a 500.
+func TestBadInput(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	job := b.spawnEcho(t)
+	echo := `"kind":"work","description":"d","work":{"type":"echo","args":{"text":"x"}}`
+	for _, tc := range []struct {
+		desc       string
+		method     string
+		path       string
+		body       string
+		hdr        map[string]string
+		wantStatus int
+		wantCode   string
+		wantField  string
+	}{
+		{desc: "malformed JSON", method: "POST", path: "/v1/jobs", body: `{"origin_session":`, wantStatus: 400, wantCode: "invalid_argument"},
+		{desc: "not an object", method: "POST", path: "/v1/jobs", body: `[1,2]`, wantStatus: 400, wantCode: "invalid_argument"},
+		{desc: "empty body", method: "POST", path: "/v1/jobs", body: ``, wantStatus: 400, wantCode: "invalid_argument"},
+		{desc: "trailing data", method: "POST", path: "/v1/jobs", body: `{"origin_session":"s",` + echo + `} {}`, wantStatus: 400, wantCode: "invalid_argument"},
+		{desc: "unknown field", method: "POST", path: "/v1/jobs", body: `{"origin_session":"s","colour":"red",` + echo + `}`, wantStatus: 400, wantCode: "invalid_argument", wantField: "colour"},
+		{desc: "missing session", method: "POST", path: "/v1/jobs", body: `{` + echo + `}`, wantStatus: 400, wantCode: "invalid_argument", wantField: "origin_session"},
+		{desc: "bad session id", method: "POST", path: "/v1/jobs", body: `{"origin_session":"chat 42!",` + echo + `}`, wantStatus: 400, wantCode: "invalid_argument", wantField: "origin_session"},
+		{desc: "session too long", method: "POST", path: "/v1/jobs", body: `{"origin_session":"` + strings.Repeat("s", 201) + `",` + echo + `}`, wantStatus: 400, wantCode: "invalid_argument", wantField: "origin_session"},
+		{desc: "session wrong type", method: "POST", path: "/v1/jobs", body: `{"origin_session":42,` + echo + `}`, wantStatus: 400, wantCode: "invalid_argument", wantField: "origin_session"},
+		{desc: "incognito wrong type", method: "POST", path: "/v1/jobs", body: `{"origin_session":"s","incognito":"yes",` + echo + `}`, wantStatus: 400, wantCode: "invalid_argument", wantField: "incognito"},
+		{desc: "unknown kind", method: "POST", path: "/v1/jobs", body: `{"origin_session":"s","kind":"magic","prompt":"p"}`, wantStatus: 400, wantCode: "invalid_argument", wantField: "kind"},
+		{desc: "turn without prompt", method: "POST", path: "/v1/jobs", body: `{"origin_session":"s","kind":"turn"}`, wantStatus: 400, wantCode: "invalid_argument", wantField: "prompt"},
+		{desc: "turn for an agent with no a2a_url", method: "POST", path: "/v1/jobs", body: `{"origin_session":"s","prompt":"p"}`, wantStatus: 400, wantCode: "invalid_argument", wantField: "kind"},
+		{desc: "oversize prompt", method: "POST", path: "/v1/jobs", body: `{"origin_session":"s","prompt":"` + strings.Repeat("p", bgjobs.MaxPromptBytes+1) + `"}`, wantStatus: 413, wantCode: "too_large", wantField: "prompt"},
+		{desc: "oversize body", method: "POST", path: "/v1/jobs", body: `{"origin_session":"s","prompt":"` + strings.Repeat("p", bgjobs.MaxBodyBytes) + `"}`, wantStatus: 413, wantCode: "too_large"},
+		{desc: "description too long", method: "POST", path: "/v1/jobs", body: `{"origin_session":"s","kind":"work","description":"` + strings.Repeat("d", 501) + `","work":{"type":"echo"}}`, wantStatus: 400, wantCode: "invalid_argument", wantField: "description"},
+		{desc: "unknown work kind", method: "POST", path: "/v1/jobs", body: `{"origin_session":"s","kind":"work","work":{"type":"teleport"}}`, wantStatus: 400, wantCode: "invalid_argument", wantField: "work.type"},
+		{desc: "work without type", method: "POST", path: "/v1/jobs", body: `{"origin_session":"s","kind":"work"}`, wantStatus: 400, wantCode: "invalid_argument", wantField: "work.type"},
+		{desc: "echo args wrong type", method: "POST", path: "/v1/jobs", body: `{"origin_session":"s","kind":"work","work":{"type":"echo","args":{"delay_ms":"soon"}}}`, wantStatus: 400, wantCode: "invalid_argument", wantField: "work.args.delay_ms"},
+		{desc: "echo args unknown", method: "POST", path: "/v1/jobs", body: `{"origin_session":"s","kind":"work","work":{"type":"echo","args":{"shout":true}}}`, wantStatus: 400, wantCode: "invalid_argument", wantField: "work.args"},
+		{desc: "echo negative delay", method: "POST", path: "/v1/jobs", body: `{"origin_session":"s","kind":"work","work":{"type":"echo","args":{"delay_ms":-1}}}`, wantStatus: 400, wantCode: "invalid_argument", wantField: "work.args.delay_ms"},
+		{desc: "malformed job id", method: "GET", path: "/v1/jobs/not-an-id", wantStatus: 400, wantCode: "invalid_argument", wantField: "id"},
+		{desc: "malformed job id on cancel", method: "POST", path: "/v1/jobs/bg-XYZ/cancel", wantStatus: 400, wantCode: "invalid_argument", wantField: "id"},
+		{desc: "unknown job id", method: "GET", path: "/v1/jobs/bg-000000000000", wantStatus: 404, wantCode: "not_found"},
+		{desc: "ack of a running job", method: "POST", path: "/v1/jobs/" + job + "/ack", wantStatus: 409, wantCode: "conflict"},
+		{desc: "delete of a queued job", method: "DELETE", path: "/v1/jobs/" + job, wantStatus: 409, wantCode: "conflict"},
+		{desc: "bad list limit", method: "GET", path: "/v1/jobs?limit=lots", wantStatus: 400, wantCode: "invalid_argument", wantField: "limit"},
+		{desc: "list limit too high", method: "GET", path: "/v1/jobs?limit=100000", wantStatus: 400, wantCode: "invalid_argument", wantField: "limit"},
+		{desc: "bad list status", method: "GET", path: "/v1/jobs?status=sleeping", wantStatus: 400, wantCode: "invalid_argument", wantField: "status"},
+		{desc: "bad cursor", method: "GET", path: "/v1/jobs?cursor=bm90LWEtY3Vyc29y", wantStatus: 400, wantCode: "invalid_argument", wantField: "cursor"},
+		{desc: "bad drain session", method: "POST", path: "/v1/sessions/bad%20id/drain", wantStatus: 400, wantCode: "invalid_argument", wantField: "session"},
+		{desc: "unknown session action", method: "POST", path: "/v1/sessions/chat-1/explode", wantStatus: 404, wantCode: "not_found"},
+		{desc: "bad agent name", method: "PUT", path: "/v1/agents/Alpha!", body: `{}`, wantStatus: 400, wantCode: "invalid_argument", wantField: "name"},
+		{desc: "agent bad resume", method: "PUT", path: "/v1/agents/alpha", body: `{"resume":"smoke-signal"}`, wantStatus: 400, wantCode: "invalid_argument", wantField: "resume"},
+		{desc: "agent bad url", method: "PUT", path: "/v1/agents/alpha", body: `{"a2a_url":"ftp://x"}`, wantStatus: 400, wantCode: "invalid_argument", wantField: "a2a_url"},
+		{desc: "agent roster wrong type", method: "PUT", path: "/v1/agents/alpha", body: `{"subagent_types":["a"]}`, wantStatus: 400, wantCode: "invalid_argument", wantField: "subagent_types"},
+		{desc: "unknown agent", method: "GET", path: "/v1/agents/alpha", wantStatus: 404, wantCode: "not_found"},
+		{desc: "unknown route", method: "GET", path: "/v1/nothing", wantStatus: 404, wantCode: "not_found"},
+		{desc: "no key", method: "GET", path: "/v1/jobs", hdr: map[string]string{"Authorization": ""}, wantStatus: 401, wantCode: "unauthenticated"},
+		{desc: "not bearer", method: "GET", path: "/v1/jobs", hdr: map[string]string{"Authorization": "Basic a2V5LWE="}, wantStatus: 401, wantCode: "unauthenticated"},
+	} {
+		t.Run(tc.desc, func(t *testing.T) {
+			code, body := b.do(t, tc.method, tc.path, tc.body, tc.hdr)
+			require.Equal(t, tc.wantStatus, code, "%v", body)
+			e, ok := body["error"].(map[string]any)
+			require.True(t, ok, "an error body: %v", body)
+			require.Equal(t, tc.wantCode, e["code"])
+			require.NotEmpty(t, e["message"])
+			if tc.wantField != "" {
+				require.Equal(t, tc.wantField, e["field"], "%v", e["message"])
+			}
+		})
+	}
+}
+
+func (b *testBundle) spawnEcho(t *testing.T) string {
+	t.Helper()
+	j, _, err := b.m.Spawn(context.Background(), tasks.SpawnRequest{Agent: "alpha", OriginSession: "s", Kind: tasks.KindWork,
+		Work: &tasks.WorkSpec{Type: "echo", Args: json.RawMessage(`{"delay_ms":60000}`)}})
+	require.NoError(t, err)
+	return j.ID
+}
+
+func TestSpawnIdempotencyKeyOverHTTP(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	body := `{"origin_session":"s","kind":"work","work":{"type":"echo"}}`
+	code, first := b.do(t, "POST", "/v1/jobs", body, map[string]string{"Idempotency-Key": "abc"})
+	require.Equal(t, http.StatusAccepted, code)
+	code, again := b.do(t, "POST", "/v1/jobs", body, map[string]string{"Idempotency-Key": "abc"})
+	require.Equal(t, http.StatusOK, code)
+	require.Equal(t, first["id"], again["id"])
+}
+
+func TestSessionIDsWithSlashes(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	code, body := b.do(t, "POST", "/v1/sessions/team/chat:42@x/drain", "", nil)
+	require.Equal(t, http.StatusOK, code, "%v", body)
+	require.Equal(t, []any{}, body["notifications"])
+}
+
+func TestAgentSecretsAreRedacted(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	code, body := b.do(t, "PUT", "/v1/agents/alpha", `{"resume":"webhook","webhook_url":"http://127.0.0.1:1/hook","webhook_secret":"s3cret"}`, nil)
+	require.Equal(t, http.StatusOK, code, "%v", body)
+	code, body = b.do(t, "GET", "/v1/agents/alpha", "", nil)
+	require.Equal(t, http.StatusOK, code)
+	require.Equal(t, "[redacted]", body["webhook_secret"])
+	require.NotContains(t, body, "s3cret")
+}
+
