@@ -183,3 +183,18 @@ func Eventually(t testing.TB, timeout time.Duration, what string, cond func() bo
 	}
 	t.Fatalf("timed out after %s waiting for %s", timeout, what)
 }
+
+// RestartRedisServer starts s again on the same port and directory, so it
+// reloads its AOF.
+func RestartRedisServer(t testing.TB, s *RedisServer) *RedisServer {
+	t.Helper()
+	bin, _ := exec.LookPath("redis-server")
+	n := &RedisServer{Port: s.Port, Dir: s.Dir, args: s.args}
+	n.cmd = exec.Command(bin, n.args...)
+	if err := n.cmd.Start(); err != nil {
+		t.Fatalf("redis-server restart: %v", err)
+	}
+	t.Cleanup(func() { n.Kill() })
+	n.waitReady(t)
+	return n
+}

@@ -1,0 +1,43 @@
+# bgjobs — `make run` serves on an embedded Redis with the example agent;
+# `make test` runs the whole suite.
+GO      ?= go
+BIN     ?= bin
+ADDR    ?= 127.0.0.1:8080
+AGENT   ?= 127.0.0.1:9000
+FUZZTIME ?= 5s
+
+.PHONY: all build run test fuzz bench lint clean
+
+all: build
+
+build:
+	$(GO) build -o $(BIN)/bgjobs ./cmd/bgjobs
+	$(GO) build -o $(BIN)/example-agent ./cmd/example-agent
+
+# Starts the example A2A agent and bgjobs (embedded Redis unless REDIS_URL is
+# set), registers the agent as "default", and runs until Ctrl-C.
+run: build
+	BIN=$(BIN) ADDR=$(ADDR) AGENT=$(AGENT) scripts/run-local
+
+# The whole suite, with the race detector, then each fuzz target briefly.
+# BGJOBS_TEST_REDIS_URL=redis://host:port/db runs it against real Redis.
+test:
+	$(GO) test -race -count=1 -timeout 20m ./...
+	$(MAKE) fuzz
+
+fuzz:
+	$(GO) test -run '^$$' -fuzz '^FuzzDecodeSpawn$$' -fuzztime $(FUZZTIME) ./handlers
+	$(GO) test -run '^$$' -fuzz '^FuzzDecodeAgent$$' -fuzztime $(FUZZTIME) ./handlers
+
+# Throughput of bgjobs end to end beside raw asynq, same Redis, same
+# concurrency. BENCH_REDIS_URL picks the server (default: the local one,
+# database 14; embedded when it does not answer).
+bench:
+	$(GO) run ./cmd/bgjobs bench $(BENCH_ARGS)
+
+lint:
+	@out=$$(gofmt -l .); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
+	$(GO) vet ./...
+
+clean:
+	rm -rf $(BIN)
