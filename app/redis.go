@@ -10,8 +10,9 @@ import (
 	"time"
 
 	"github.com/alicebob/miniredis/v2"
-	"github.com/hibiken/asynq"
 	"github.com/redis/go-redis/v9"
+
+	"github.com/bgjobs/bgjobs/internal/redisconn"
 )
 
 // redisConn is an open Redis client and what closes it.
@@ -35,15 +36,11 @@ func openRedis(ctx context.Context, url string) (*redisConn, error) {
 		if err != nil {
 			return nil, err
 		}
-		return &redisConn{rdb: redis.NewClient(&redis.Options{Addr: e.m.Addr()}), embedded: e}, nil
+		return &redisConn{rdb: redis.NewClient(&redis.Options{Addr: e.m.Addr(), Protocol: 2}), embedded: e}, nil
 	}
-	opt, err := asynq.ParseRedisURI(url)
+	rdb, err := redisconn.Open(url)
 	if err != nil {
 		return nil, fmt.Errorf("REDIS_URL: %w", err)
-	}
-	rdb, ok := opt.MakeRedisClient().(redis.UniversalClient)
-	if !ok {
-		return nil, fmt.Errorf("REDIS_URL: unsupported connection kind %T", opt)
 	}
 	pingCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"log/slog"
+	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -40,24 +41,21 @@ const eventStreamLen = 10000
 // eventResultChars is how much of a result an event carries.
 const eventResultChars = 500
 
-// publish sends e on the agent's channel and appends it to the agent's
-// stream in one round trip. Failures are logged, never returned: events
-// must not fail a state change that already happened.
-func (m *Manager) publish(ctx context.Context, e Event) {
+// publish queues e for the agent's channel and its capped stream. Events
+// are display only: they go out through the sink, batched with other
+// bookkeeping, and never delay or fail the state change they report.
+func (m *Manager) publish(e Event) {
 	e.Result = cutRunes(e.Result, eventResultChars)
 	e.Error = cutRunes(e.Error, eventResultChars)
 	b, err := json.Marshal(e)
 	if err != nil {
 		return
 	}
-	_, err = m.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
-		p.XAdd(ctx, &redis.XAddArgs{Stream: m.k.eventStream(e.Agent), MaxLen: eventStreamLen, Approx: true, Values: map[string]any{"type": e.Type, "data": b}})
-		p.Publish(ctx, m.k.events(e.Agent), b)
-		return nil
+	stream, channel := m.k.eventStream(e.Agent), m.k.events(e.Agent)
+	m.sink.add(func(ctx context.Context, p redis.Pipeliner) {
+		p.XAdd(ctx, &redis.XAddArgs{Stream: stream, MaxLen: eventStreamLen, Approx: true, Values: map[string]any{"type": e.Type, "data": b}})
+		p.Publish(ctx, channel, b)
 	})
-	if err != nil {
-		m.log.Warn("publish event", slog.String("type", e.Type), slog.String("job_id", e.JobID), slog.Any("err", err))
-	}
 }
 
 // Subscribe listens to one agent's live events. The caller closes the
@@ -75,4 +73,78 @@ func cutRunes(s string, n int) string {
 		return s
 	}
 	return string(r[:n])
+}
+
+// sink runs the writes that follow a state change but need not share its
+// round trip — events, and removing a settled job from the reconciler's
+// to-do list — in pipelines, in the order they were queued. Whatever is
+// queued while one pipeline is in flight goes out in the next, so under load
+// a hundred follow-ups cost one round trip. Losing them in a crash is
+// harmless: events are display only and the reconciler clears stale entries.
+type sink struct {
+	rdb    redis.UniversalClient
+	log    *slog.Logger
+	ch     chan sinkOp
+	done   chan struct{}
+	mu     sync.RWMutex
+	closed bool
+}
+
+type sinkOp func(ctx context.Context, p redis.Pipeliner)
+
+const sinkBatch = 256
+
+func newSink(rdb redis.UniversalClient, log *slog.Logger) *sink {
+	s := &sink{rdb: rdb, log: log, ch: make(chan sinkOp, 4*sinkBatch), done: make(chan struct{})}
+	go s.loop()
+	return s
+}
+
+// add queues op; after close it is dropped.
+func (s *sink) add(op sinkOp) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	if s.closed {
+		return
+	}
+	s.ch <- op
+}
+
+func (s *sink) loop() {
+	defer close(s.done)
+	for op := range s.ch {
+		batch := []sinkOp{op}
+	gather:
+		for len(batch) < sinkBatch {
+			select {
+			case next, ok := <-s.ch:
+				if !ok {
+					break gather
+				}
+				batch = append(batch, next)
+			default:
+				break gather
+			}
+		}
+		ctx := context.Background()
+		if _, err := s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+			for _, op := range batch {
+				op(ctx, p)
+			}
+			return nil
+		}); err != nil {
+			s.log.Warn("follow-up writes", slog.Int("count", len(batch)), slog.Any("err", err))
+		}
+	}
+}
+
+// close flushes what is queued and stops.
+func (s *sink) close() {
+	s.mu.Lock()
+	if !s.closed {
+		s.closed = true
+		close(s.ch)
+	}
+	s.mu.Unlock()
+	<-s.done
 }

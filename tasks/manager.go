@@ -61,6 +61,7 @@ type Manager struct {
 	insp  *asynq.Inspector
 	kinds *Kinds
 	turns TurnRunner
+	sink  *sink
 	now   func() time.Time
 	log   *slog.Logger
 }
@@ -82,6 +83,7 @@ func NewManager(rdb redis.UniversalClient, cfg bgjobs.Config, d Deps) *Manager {
 		cfg:   cfg,
 		rdb:   rdb,
 		store: NewStore(rdb, cfg.Namespace, cfg.Retention),
+		sink:  newSink(rdb, d.Logger),
 		k:     keys{ns: cfg.Namespace},
 		aq:    asynq.NewClientFromRedisClient(rdb),
 		insp:  asynq.NewInspectorFromRedisClient(rdb),
@@ -92,8 +94,12 @@ func NewManager(rdb redis.UniversalClient, cfg bgjobs.Config, d Deps) *Manager {
 	}
 }
 
-// Close releases the asynq client; the Redis client stays the caller's.
-func (m *Manager) Close() error { return m.aq.Close() }
+// Close flushes pending follow-up writes and releases the asynq client; the
+// Redis client stays the caller's. Stop workers first.
+func (m *Manager) Close() error {
+	m.sink.close()
+	return m.aq.Close()
+}
 
 // Kinds returns the work-kind registry, for embedders to register kinds.
 func (m *Manager) Kinds() *Kinds { return m.kinds }
@@ -158,7 +164,7 @@ func (m *Manager) Spawn(ctx context.Context, req SpawnRequest) (job *Job, existe
 		m.store.forget(context.WithoutCancel(ctx), j)
 		return nil, false, err
 	}
-	m.publish(ctx, Event{Type: EventStarted, JobID: j.ID, Agent: j.Agent, OriginSession: j.OriginSession,
+	m.publish(Event{Type: EventStarted, JobID: j.ID, Agent: j.Agent, OriginSession: j.OriginSession,
 		Status: StatusQueued, Kind: j.Kind, Description: j.Description, At: j.CreatedAt})
 	return j, false, nil
 }

@@ -210,11 +210,11 @@ func TestSettleTwiceIsOneOutcome(t *testing.T) {
 	j := b.spawn(t, echoSpawn("chat-1", "x", 0, false))
 	tag := Tag(j.Agent, j.OriginSession)
 
-	code, attempt, err := b.m.store.start(ctx, tag, j.ID, time.Now())
+	code, attempt, _, err := b.m.store.start(ctx, tag, j.ID, time.Now())
 	require.NoError(t, err)
 	require.Equal(t, []int64{1, 1}, []int64{code, attempt})
 	// The lease was lost: asynq runs the task again while the row is running.
-	code, attempt, err = b.m.store.start(ctx, tag, j.ID, time.Now())
+	code, attempt, _, err = b.m.store.start(ctx, tag, j.ID, time.Now())
 	require.NoError(t, err)
 	require.Equal(t, []int64{2, 2}, []int64{code, attempt})
 
@@ -229,7 +229,7 @@ func TestSettleTwiceIsOneOutcome(t *testing.T) {
 	ok, err = b.m.settle(ctx, j, Outcome{Status: StatusCompleted, Result: &second})
 	require.NoError(t, err)
 	require.False(t, ok)
-	code, _, err = b.m.store.start(ctx, tag, j.ID, time.Now())
+	code, _, _, err = b.m.store.start(ctx, tag, j.ID, time.Now())
 	require.NoError(t, err)
 	require.Equal(t, int64(0), code, "a terminal job does not start again")
 

@@ -1,6 +1,7 @@
 package tasks
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -18,13 +19,14 @@ import (
 // scripts in scripts.go.
 type Store struct {
 	rdb       redis.UniversalClient
+	ap        *autoPipe
 	k         keys
 	retention time.Duration
 }
 
 // NewStore returns a registry in namespace ns on rdb.
 func NewStore(rdb redis.UniversalClient, ns string, retention time.Duration) *Store {
-	return &Store{rdb: rdb, k: keys{ns: ns}, retention: retention}
+	return &Store{rdb: rdb, ap: newAutoPipe(rdb), k: keys{ns: ns}, retention: retention}
 }
 
 func ms(t time.Time) string { return strconv.FormatInt(t.UnixMilli(), 10) }
@@ -55,14 +57,18 @@ func (s *Store) create(ctx context.Context, j *Job) error {
 		fields[fBatch] = *j.BatchID
 	}
 	score := float64(j.CreatedAt.UnixMilli())
-	_, err := s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
-		p.HSet(ctx, s.k.job(tag, j.ID), fields)
-		p.ZAdd(ctx, s.k.sessionJobs(tag), redis.Z{Score: score, Member: j.ID})
-		p.ZAdd(ctx, s.k.agentJobs(j.Agent), redis.Z{Score: score, Member: j.ID})
-		p.HSet(ctx, s.k.jobIndex(), j.ID, tag)
-		p.ZAdd(ctx, s.k.active(), redis.Z{Score: score, Member: j.ID})
-		return nil
+	var cmds []redis.Cmder
+	err := s.ap.do(ctx, func(ctx context.Context, p redis.Pipeliner) {
+		cmds = append(cmds,
+			p.HSet(ctx, s.k.job(tag, j.ID), fields),
+			p.ZAdd(ctx, s.k.sessionJobs(tag), redis.Z{Score: score, Member: j.ID}),
+			p.ZAdd(ctx, s.k.agentJobs(j.Agent), redis.Z{Score: score, Member: j.ID}),
+			p.HSet(ctx, s.k.jobIndex(), j.ID, tag),
+			p.ZAdd(ctx, s.k.active(), redis.Z{Score: score, Member: j.ID}))
 	})
+	for _, c := range cmds {
+		err = cmp.Or(err, c.Err())
+	}
 	if err != nil {
 		return unavailable("create job", err)
 	}
@@ -85,7 +91,11 @@ func (s *Store) forget(ctx context.Context, j *Job) {
 
 // tagOf returns the session tag of a job id, or "" if unknown.
 func (s *Store) tagOf(ctx context.Context, id string) (string, error) {
-	tag, err := s.rdb.HGet(ctx, s.k.jobIndex(), id).Result()
+	var cmd *redis.StringCmd
+	if err := s.ap.do(ctx, func(ctx context.Context, p redis.Pipeliner) { cmd = p.HGet(ctx, s.k.jobIndex(), id) }); err != nil {
+		return "", unavailable("look up job", err)
+	}
+	tag, err := cmd.Result()
 	if errors.Is(err, redis.Nil) {
 		return "", nil
 	}
@@ -97,7 +107,11 @@ func (s *Store) tagOf(ctx context.Context, id string) (string, error) {
 
 // load reads a row by tag and id; nil when it does not exist.
 func (s *Store) load(ctx context.Context, tag, id string) (*Job, error) {
-	h, err := s.rdb.HGetAll(ctx, s.k.job(tag, id)).Result()
+	var cmd *redis.MapStringStringCmd
+	if err := s.ap.do(ctx, func(ctx context.Context, p redis.Pipeliner) { cmd = p.HGetAll(ctx, s.k.job(tag, id)) }); err != nil {
+		return nil, unavailable("read job", err)
+	}
+	h, err := cmd.Result()
 	if err != nil {
 		return nil, unavailable("read job", err)
 	}
@@ -121,13 +135,29 @@ func (s *Store) lookup(ctx context.Context, id string) (*Job, error) {
 	return j, err
 }
 
-// start runs startCmd. It returns the script's code and the attempt number.
-func (s *Store) start(ctx context.Context, tag, id string, now time.Time) (int64, int64, error) {
-	res, err := startCmd.Run(ctx, s.rdb, []string{s.k.job(tag, id)}, ms(now)).Int64Slice()
+// start runs startCmd. It returns the script's code, the attempt number
+// and, when the job is now running, its row.
+func (s *Store) start(ctx context.Context, tag, id string, now time.Time) (int64, int64, *Job, error) {
+	res, err := s.ap.script(ctx, startCmd, []string{s.k.job(tag, id)}, ms(now)).Slice()
 	if err != nil {
-		return 0, 0, err
+		return 0, 0, nil, err
 	}
-	return res[0], res[1], nil
+	if len(res) != 3 {
+		return 0, 0, nil, fmt.Errorf("start: unexpected reply %v", res)
+	}
+	code, _ := res[0].(int64)
+	attempt, _ := res[1].(int64)
+	if code <= 0 {
+		return code, attempt, nil, nil
+	}
+	flat, _ := res[2].([]any)
+	h := make(map[string]string, len(flat)/2)
+	for i := 0; i+1 < len(flat); i += 2 {
+		k, _ := flat[i].(string)
+		v, _ := flat[i+1].(string)
+		h[k] = v
+	}
+	return code, attempt, jobFromHash(h), nil
 }
 
 func (s *Store) requeue(ctx context.Context, tag, id string) error {
@@ -141,8 +171,7 @@ type Outcome struct {
 	Error  *string
 }
 
-// settle runs settleCmd and, when this call ended the job, drops it from
-// the reconciler's active set. It reports whether this call settled it.
+// settle runs settleCmd and reports whether this call ended the job.
 func (s *Store) settle(ctx context.Context, tag, id string, o Outcome, now time.Time) (bool, error) {
 	var res, errText string
 	if o.Result != nil {
@@ -151,16 +180,11 @@ func (s *Store) settle(ctx context.Context, tag, id string, o Outcome, now time.
 	if o.Error != nil {
 		errText = *o.Error
 	}
-	n, err := settleCmd.Run(ctx, s.rdb, []string{s.k.job(tag, id), s.k.pending(tag)},
+	n, err := s.ap.script(ctx, settleCmd, []string{s.k.job(tag, id), s.k.pending(tag)},
 		string(o.Status), boolStr(o.Result != nil), res, boolStr(o.Error != nil), errText,
 		ms(now), int64(s.retention.Seconds())).Int64()
 	if err != nil {
 		return false, unavailable("settle job", err)
-	}
-	if n != 0 {
-		// The active set is only the reconciler's to-do list; a crash here
-		// leaves an entry the next sweep clears.
-		s.rdb.ZRem(ctx, s.k.active(), id)
 	}
 	return n == 1, nil
 }
@@ -180,7 +204,7 @@ func (s *Store) drain(ctx context.Context, tag, idemKey string, now time.Time) (
 	for _, f := range drainFields {
 		args = append(args, f)
 	}
-	raw, err := drainCmd.Run(ctx, s.rdb, []string{s.k.pending(tag), idem}, args...).Slice()
+	raw, err := s.ap.script(ctx, drainCmd, []string{s.k.pending(tag), idem}, args...).Slice()
 	if err != nil {
 		return nil, unavailable("drain", err)
 	}
@@ -212,7 +236,7 @@ func (s *Store) drain(ctx context.Context, tag, idemKey string, now time.Time) (
 const drainIdemTTL = 10 * time.Minute
 
 func (s *Store) ack(ctx context.Context, tag, id string, now time.Time) (int64, error) {
-	n, err := ackCmd.Run(ctx, s.rdb, []string{s.k.job(tag, id), s.k.pending(tag)},
+	n, err := s.ap.script(ctx, ackCmd, []string{s.k.job(tag, id), s.k.pending(tag)},
 		ms(now), int64(s.retention.Seconds())).Int64()
 	if err != nil {
 		return 0, unavailable("ack", err)

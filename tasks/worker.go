@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/hibiken/asynq"
+	"github.com/redis/go-redis/v9"
 )
 
 // settle ends j with o and publishes the completion when this call was the
@@ -30,7 +31,9 @@ func (m *Manager) settle(ctx context.Context, j *Job, o Outcome) (bool, error) {
 	if o.Error != nil {
 		e.Error = *o.Error
 	}
-	m.publish(ctx, e)
+	m.publish(e)
+	active, id := m.k.active(), j.ID
+	m.sink.add(func(ctx context.Context, p redis.Pipeliner) { p.ZRem(ctx, active, id) })
 	m.log.Info("job settled", slog.String("job_id", j.ID), slog.String("agent", j.Agent), slog.String("status", string(o.Status)))
 	return true, nil
 }
@@ -58,18 +61,14 @@ func (m *Manager) ProcessTask(ctx context.Context, t *asynq.Task) error {
 		}
 		defer release()
 	}
-	code, attempt, err := m.store.start(ctx, tag, id, m.now())
+	code, attempt, j, err := m.store.start(ctx, tag, id, m.now())
 	if err != nil {
 		return err // Redis trouble: asynq tries again later
 	}
 	if code <= 0 {
 		return nil // ended already (cancelled, settled by a twin) or deleted
 	}
-	j, err := m.store.load(ctx, tag, id)
-	if err != nil || j == nil {
-		return err
-	}
-	m.publish(ctx, Event{Type: EventRunning, JobID: id, Agent: j.Agent, OriginSession: j.OriginSession,
+	m.publish(Event{Type: EventRunning, JobID: id, Agent: j.Agent, OriginSession: j.OriginSession,
 		Status: StatusRunning, Kind: j.Kind, Description: j.Description, Attempt: attempt, At: m.now().UTC()})
 
 	runCtx, cancel := context.WithTimeout(ctx, m.cfg.TurnTimeout)
@@ -198,8 +197,15 @@ func retryDelay(n int, _ error, _ *asynq.Task) time.Duration {
 	return min(time.Second<<min(n, 9), 5*time.Minute)
 }
 
-// Worker runs the asynq servers of one process: one for work jobs and one
-// for turns, each with its own concurrency, plus the reconciler.
+// Fetch loops per process: one per workersPerFetcher work slots, at most
+// maxFetchers (each also runs asynq's housekeeping loops).
+const (
+	workersPerFetcher = 16
+	maxFetchers       = 4
+)
+
+// Worker runs the asynq servers of one process: work jobs and turns each
+// with their own concurrency, plus the reconciler.
 type Worker struct {
 	m       *Manager
 	servers []*asynq.Server
@@ -221,13 +227,25 @@ func (m *Manager) NewWorker() *Worker {
 		Logger:                   logger,
 		LogLevel:                 asynq.WarnLevel,
 	}
-	work, turns := base, base
-	work.Concurrency = m.cfg.WorkConcurrency
-	work.Queues = map[string]int{m.Queue(QueueWork): 1}
+	turns := base
 	turns.Concurrency = m.cfg.TurnConcurrency
 	turns.Queues = map[string]int{m.Queue(QueueTurns): 1}
+	configs := []asynq.Config{turns}
+	// An asynq server fetches one task per round trip from a single loop,
+	// which caps a busy server below what its workers could run. Work
+	// concurrency is split over a few servers, each with its own fetch loop.
+	fetchers := min(maxFetchers, max(1, m.cfg.WorkConcurrency/workersPerFetcher))
+	for i := range fetchers {
+		work := base
+		work.Concurrency = m.cfg.WorkConcurrency / fetchers
+		if i < m.cfg.WorkConcurrency%fetchers {
+			work.Concurrency++
+		}
+		work.Queues = map[string]int{m.Queue(QueueWork): 1}
+		configs = append(configs, work)
+	}
 	w := &Worker{m: m, rec: m.NewReconciler()}
-	for _, cfg := range []asynq.Config{work, turns} {
+	for _, cfg := range configs {
 		w.servers = append(w.servers, asynq.NewServerFromRedisClient(m.rdb, cfg))
 	}
 	w.mux = mux

@@ -3,11 +3,14 @@ package main
 import (
 	"context"
 	"io"
+	"os"
+	"runtime/pprof"
 
 	"github.com/spf13/cobra"
 
 	"github.com/bgjobs/bgjobs"
 	"github.com/bgjobs/bgjobs/app"
+	"github.com/bgjobs/bgjobs/internal/bench"
 )
 
 // run is the whole program, testable with its own args, environment and
@@ -23,6 +26,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	root.SetOut(stdout)
 	root.SetErr(stderr)
 	root.AddCommand(processCmd(ctx, "serve", "Run the HTTP API, the workers and the reconciler", app.ModeServe, getenv, stdout))
+	root.AddCommand(benchCmd(ctx, stdout))
 	root.AddCommand(processCmd(ctx, "worker", "Run workers and the reconciler only, against a shared REDIS_URL", app.ModeWorker, getenv, stdout))
 	return root.ExecuteContext(ctx)
 }
@@ -55,5 +59,37 @@ func processCmd(ctx context.Context, name, short string, mode app.Mode, getenv f
 	cmd.Flags().StringVar(&addr, "addr", bgjobs.AddrDefault, "listen address (BGJOBS_ADDR)")
 	cmd.Flags().StringVar(&redisURL, "redis-url", "", "Redis URL: redis://, rediss://, redis-sentinel:// (REDIS_URL); empty: embedded")
 	cmd.Flags().StringVar(&dataDir, "data-dir", bgjobs.DataDirDefault, "search index directory (BGJOBS_DATA_DIR)")
+	return cmd
+}
+
+// benchCmd runs internal/bench.
+func benchCmd(ctx context.Context, stdout io.Writer) *cobra.Command {
+	o := bench.Options{}
+	var cpuProfile string
+	cmd := &cobra.Command{
+		Use:   "bench",
+		Short: "Measure bgjobs end to end beside raw asynq on the same Redis",
+		Args:  cobra.NoArgs,
+		RunE: func(*cobra.Command, []string) error {
+			if cpuProfile != "" {
+				f, err := os.Create(cpuProfile)
+				if err != nil {
+					return err
+				}
+				defer f.Close()
+				if err := pprof.StartCPUProfile(f); err != nil {
+					return err
+				}
+				defer pprof.StopCPUProfile()
+			}
+			return bench.Run(ctx, o, stdout)
+		},
+	}
+	cmd.Flags().StringVar(&o.RedisURL, "redis-url", "", "Redis to measure on (default "+bench.LocalRedisDefault+", embedded if it does not answer)")
+	cmd.Flags().IntVar(&o.Jobs, "jobs", 5000, "jobs per phase")
+	cmd.Flags().IntVar(&o.Concurrency, "concurrency", 50, "worker concurrency of both phases")
+	cmd.Flags().IntVar(&o.Clients, "clients", 32, "concurrent HTTP clients spawning")
+	cmd.Flags().StringVar(&cpuProfile, "cpuprofile", "", "write a CPU profile of the whole run to this file")
+	cmd.Flags().DurationVar(&o.Poll, "poll", bgjobs.PollIntervalDefault, "idle worker poll interval of both phases")
 	return cmd
 }

@@ -16,6 +16,8 @@ import (
 
 	"github.com/alicebob/miniredis/v2"
 	"github.com/redis/go-redis/v9"
+
+	"github.com/bgjobs/bgjobs/internal/redisns"
 )
 
 // Env is one test's Redis space.
@@ -86,26 +88,7 @@ func New(t testing.TB) *Env {
 }
 
 // Purge deletes every key of namespace ns, bgjobs' and asynq's alike.
-func Purge(rdb redis.UniversalClient, ns string) {
-	ctx := context.Background()
-	for _, pattern := range []string{ns + ":*", "asynq:{" + ns + ":*"} {
-		iter := rdb.Scan(ctx, 0, pattern, 500).Iterator()
-		var batch []string
-		for iter.Next(ctx) {
-			batch = append(batch, iter.Val())
-			if len(batch) == 500 {
-				rdb.Unlink(ctx, batch...)
-				batch = batch[:0]
-			}
-		}
-		if len(batch) > 0 {
-			rdb.Unlink(ctx, batch...)
-		}
-	}
-	for _, q := range []string{"turns", "work", "resume", "control"} {
-		rdb.SRem(ctx, "asynq:queues", ns+":"+q)
-	}
-}
+func Purge(rdb redis.UniversalClient, ns string) { redisns.DropNamespace(context.Background(), rdb, ns) }
 
 // FreePort returns a loopback port nobody listens on right now.
 func FreePort(t testing.TB) int {

@@ -1,0 +1,258 @@
+// Package bench measures bgjobs end to end beside raw asynq, in one run, on
+// the same Redis, with the same worker concurrency: the figures the issues
+// ask for, printed side by side.
+package bench
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/alicebob/miniredis/v2"
+	"github.com/hibiken/asynq"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/bgjobs/bgjobs"
+	"github.com/bgjobs/bgjobs/handlers"
+	"github.com/bgjobs/bgjobs/internal/redisconn"
+	"github.com/bgjobs/bgjobs/internal/redisns"
+	"github.com/bgjobs/bgjobs/tasks"
+)
+
+// Options of a run.
+type Options struct {
+	// RedisURL is the server to measure on; "" tries the local Redis
+	// (database 14) and falls back to an embedded miniredis.
+	RedisURL string
+	// Jobs per phase.
+	Jobs int
+	// Concurrency is the worker concurrency of both phases.
+	Concurrency int
+	// Clients is how many HTTP clients spawn at once.
+	Clients int
+	// Poll is the idle worker poll interval of both phases.
+	Poll time.Duration
+}
+
+// LocalRedisDefault is where `make bench` measures unless told otherwise.
+const LocalRedisDefault = "redis://127.0.0.1:6379/14"
+
+// Run measures and prints the table to out.
+func Run(ctx context.Context, o Options, out io.Writer) error {
+	rdb, where, closeRedis, err := connect(ctx, o.RedisURL)
+	if err != nil {
+		return err
+	}
+	defer closeRedis()
+	fmt.Fprintf(out, "bgjobs bench: %d no-op jobs per phase, worker concurrency %d, %d HTTP clients, poll %s, redis %s\n",
+		o.Jobs, o.Concurrency, o.Clients, o.Poll, where)
+
+	raw, err := rawAsynq(ctx, rdb, o)
+	if err != nil {
+		return fmt.Errorf("raw asynq: %w", err)
+	}
+	e2e, err := endToEnd(ctx, rdb, o)
+	if err != nil {
+		return fmt.Errorf("bgjobs: %w", err)
+	}
+	rawRate := float64(o.Jobs) / raw.Seconds()
+	e2eRate := float64(o.Jobs) / e2e.Seconds()
+	fmt.Fprintf(out, "%-58s %9.0f jobs/s  (%.2fs)\n", "raw asynq   (enqueue → no-op handler)", rawRate, raw.Seconds())
+	fmt.Fprintf(out, "%-58s %9.0f jobs/s  (%.2fs)\n", "bgjobs      (HTTP spawn → worker → settle → drain)", e2eRate, e2e.Seconds())
+	fmt.Fprintf(out, "ratio bgjobs/asynq: %.2f (goal ≥ 0.50)\n", e2eRate/rawRate)
+	return nil
+}
+
+func connect(ctx context.Context, url string) (redis.UniversalClient, string, func(), error) {
+	try := url
+	if try == "" {
+		try = LocalRedisDefault
+	}
+	rdb, err := redisconn.Open(try)
+	if err != nil {
+		return nil, "", nil, err
+	}
+	pingCtx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	if err := rdb.Ping(pingCtx).Err(); err == nil {
+		return rdb, try, func() { _ = rdb.Close() }, nil
+	} else if url != "" {
+		_ = rdb.Close()
+		return nil, "", nil, fmt.Errorf("%s does not answer: %w", url, err)
+	}
+	_ = rdb.Close()
+	m := miniredis.NewMiniRedis()
+	if err := m.StartAddr("127.0.0.1:0"); err != nil {
+		return nil, "", nil, err
+	}
+	rdb = redis.NewClient(&redis.Options{Addr: m.Addr(), Protocol: 2})
+	return rdb, "embedded miniredis (local Redis did not answer)", func() { _ = rdb.Close(); m.Close() }, nil
+}
+
+func namespace() string {
+	var b [4]byte
+	_, _ = rand.Read(b[:])
+	return "bench" + hex.EncodeToString(b[:])
+}
+
+var quiet = slog.New(slog.DiscardHandler)
+
+type quietAsynqLogger struct{}
+
+func (quietAsynqLogger) Debug(...any) {}
+func (quietAsynqLogger) Info(...any)  {}
+func (quietAsynqLogger) Warn(...any)  {}
+func (quietAsynqLogger) Error(...any) {}
+func (quietAsynqLogger) Fatal(...any) {}
+
+// rawAsynq is the baseline: asynq alone, enqueue to a no-op handler.
+func rawAsynq(ctx context.Context, rdb redis.UniversalClient, o Options) (time.Duration, error) {
+	ns := namespace()
+	defer redisns.DropNamespace(context.Background(), rdb, ns)
+	queue := ns + ":raw"
+	var handled atomic.Int64
+	done := make(chan struct{})
+	srv := asynq.NewServerFromRedisClient(rdb, asynq.Config{
+		Concurrency: o.Concurrency, Queues: map[string]int{queue: 1}, TaskCheckInterval: o.Poll,
+		Logger: quietAsynqLogger{}, LogLevel: asynq.ErrorLevel,
+	})
+	if err := srv.Start(asynq.HandlerFunc(func(context.Context, *asynq.Task) error {
+		if handled.Add(1) == int64(o.Jobs) {
+			close(done)
+		}
+		return nil
+	})); err != nil {
+		return 0, err
+	}
+	defer srv.Shutdown()
+	client := asynq.NewClientFromRedisClient(rdb)
+	defer client.Close()
+
+	start := time.Now()
+	if err := fanOut(o.Jobs, o.Clients, func(int) error {
+		_, err := client.EnqueueContext(ctx, asynq.NewTask("noop", nil, asynq.Queue(queue)))
+		return err
+	}); err != nil {
+		return 0, err
+	}
+	select {
+	case <-done:
+	case <-time.After(5 * time.Minute):
+		return 0, errors.New("timed out")
+	}
+	return time.Since(start), nil
+}
+
+// endToEnd is bgjobs through its HTTP API: spawn, run, settle, drain.
+func endToEnd(ctx context.Context, rdb redis.UniversalClient, o Options) (time.Duration, error) {
+	ns := namespace()
+	defer redisns.DropNamespace(context.Background(), rdb, ns)
+	cfg := bgjobs.Config{Namespace: ns, WorkConcurrency: o.Concurrency, PollInterval: o.Poll, Addr: "127.0.0.1:0"}.WithDefaults()
+	m := tasks.NewManager(rdb, cfg, tasks.Deps{Logger: quiet})
+	defer m.Close()
+	w := m.NewWorker()
+	if err := w.Start(ctx); err != nil {
+		return 0, err
+	}
+	defer w.Shutdown()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	srv := &http.Server{Handler: handlers.NewServer(cfg, m, quiet)}
+	go func() { _ = srv.Serve(ln) }()
+	defer srv.Close()
+	base := "http://" + ln.Addr().String()
+	hc := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: o.Clients + 1}}
+
+	body := []byte(`{"origin_session":"bench","kind":"work","description":"noop","work":{"type":"echo","args":{"text":"ok"}}}`)
+	post := func(path string, b []byte) ([]byte, error) {
+		resp, err := hc.Post(base+path, "application/json", bytes.NewReader(b))
+		if err != nil {
+			return nil, err
+		}
+		defer resp.Body.Close()
+		raw, err := io.ReadAll(resp.Body)
+		if resp.StatusCode >= 300 {
+			return nil, fmt.Errorf("%s: %d %s", path, resp.StatusCode, raw)
+		}
+		return raw, err
+	}
+
+	start := time.Now()
+	var drained atomic.Int64
+	drainErr := make(chan error, 1)
+	go func() {
+		for drained.Load() < int64(o.Jobs) {
+			raw, err := post("/v1/sessions/bench/drain", nil)
+			if err != nil {
+				drainErr <- err
+				return
+			}
+			var r struct {
+				Notifications []json.RawMessage `json:"notifications"`
+			}
+			if err := json.Unmarshal(raw, &r); err != nil {
+				drainErr <- err
+				return
+			}
+			drained.Add(int64(len(r.Notifications)))
+			if len(r.Notifications) == 0 {
+				time.Sleep(2 * time.Millisecond)
+			}
+		}
+		drainErr <- nil
+	}()
+	if err := fanOut(o.Jobs, o.Clients, func(int) error {
+		_, err := post("/v1/jobs", body)
+		return err
+	}); err != nil {
+		return 0, err
+	}
+	select {
+	case err := <-drainErr:
+		if err != nil {
+			return 0, err
+		}
+	case <-time.After(5 * time.Minute):
+		return 0, fmt.Errorf("timed out with %d of %d drained", drained.Load(), o.Jobs)
+	}
+	return time.Since(start), nil
+}
+
+// fanOut calls fn n times from workers goroutines, stopping at the first
+// error.
+func fanOut(n, workers int, fn func(int) error) error {
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	var first error
+	var once sync.Once
+	for range workers {
+		wg.Go(func() {
+			for {
+				i := int(next.Add(1)) - 1
+				if i >= n {
+					return
+				}
+				if err := fn(i); err != nil {
+					once.Do(func() { first = err })
+					next.Store(int64(n))
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	return first
+}

@@ -1,0 +1,103 @@
+package tasks
+
+import (
+	"context"
+	"strings"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// autoPipe coalesces the registry's commands issued at the same moment by
+// many goroutines (API handlers, workers) into one pipeline per round trip.
+// With nothing else in flight a command goes out at once, alone, so an idle
+// system pays no latency; under load, whatever queues while one pipeline is
+// on the wire goes in the next, and a busy process makes a fraction of the
+// round trips. Round trips, not Redis work, bound a job queue on a small
+// machine.
+type autoPipe struct {
+	rdb redis.UniversalClient
+	ch  chan *pipeReq
+}
+
+type pipeReq struct {
+	queue func(ctx context.Context, p redis.Pipeliner)
+	done  chan struct{}
+}
+
+const (
+	// autoPipeLoops pipelines may be in flight at once.
+	autoPipeLoops = 4
+	// autoPipeMax caps the requests sent in one pipeline.
+	autoPipeMax = 128
+)
+
+func newAutoPipe(rdb redis.UniversalClient) *autoPipe {
+	a := &autoPipe{rdb: rdb, ch: make(chan *pipeReq, 4*autoPipeMax)}
+	for range autoPipeLoops {
+		go a.loop()
+	}
+	return a
+}
+
+// do runs the commands queue adds, in a pipeline shared with concurrent
+// callers, and returns once their replies are in the commands. The caller
+// reads its own commands' results and errors. If ctx ends first, do returns
+// ctx.Err() and the commands still run.
+func (a *autoPipe) do(ctx context.Context, queue func(ctx context.Context, p redis.Pipeliner)) error {
+	r := &pipeReq{queue: queue, done: make(chan struct{})}
+	select {
+	case a.ch <- r:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	select {
+	case <-r.done:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// script runs s with keys and args through the shared pipeline. A server
+// that has not seen the script yet (a fresh or restarted Redis) answers
+// NOSCRIPT inside the pipeline; the call then goes out alone with Run,
+// which loads it.
+func (a *autoPipe) script(ctx context.Context, s *redis.Script, keys []string, args ...any) *redis.Cmd {
+	var cmd *redis.Cmd
+	if err := a.do(ctx, func(ctx context.Context, p redis.Pipeliner) { cmd = s.EvalSha(ctx, p, keys, args...) }); err != nil {
+		c := redis.NewCmd(ctx)
+		c.SetErr(err)
+		return c
+	}
+	if err := cmd.Err(); err != nil && strings.HasPrefix(err.Error(), "NOSCRIPT") {
+		return s.Run(ctx, a.rdb, keys, args...)
+	}
+	return cmd
+}
+
+func (a *autoPipe) loop() {
+	for first := range a.ch {
+		batch := []*pipeReq{first}
+	gather:
+		for len(batch) < autoPipeMax {
+			select {
+			case r := <-a.ch:
+				batch = append(batch, r)
+			default:
+				break gather
+			}
+		}
+		ctx := context.Background()
+		// Per-command errors land in each command; Exec's own error is the
+		// first of them, so it is not needed here.
+		_, _ = a.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+			for _, r := range batch {
+				r.queue(ctx, p)
+			}
+			return nil
+		})
+		for _, r := range batch {
+			close(r.done)
+		}
+	}
+}
