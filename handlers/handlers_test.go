@@ -161,4 +161,3 @@ func TestAgentSecretsAreRedacted(t *testing.T) {
 	require.Equal(t, "[redacted]", body["webhook_secret"])
 	require.NotContains(t, body, "s3cret")
 }
-

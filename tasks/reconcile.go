@@ -13,7 +13,9 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-func redisZ(score int64, member string) redis.Z { return redis.Z{Score: float64(score), Member: member} }
+func redisZ(score int64, member string) redis.Z {
+	return redis.Z{Score: float64(score), Member: member}
+}
 
 // reconcileGrace skips jobs younger than this: their task may be a moment
 // away from being enqueued.

@@ -88,7 +88,9 @@ func New(t testing.TB) *Env {
 }
 
 // Purge deletes every key of namespace ns, bgjobs' and asynq's alike.
-func Purge(rdb redis.UniversalClient, ns string) { redisns.DropNamespace(context.Background(), rdb, ns) }
+func Purge(rdb redis.UniversalClient, ns string) {
+	redisns.DropNamespace(context.Background(), rdb, ns)
+}
 
 // FreePort returns a loopback port nobody listens on right now.
 func FreePort(t testing.TB) int {
