@@ -46,8 +46,9 @@ type Config struct {
 	// WorkConcurrency is how many work jobs one process runs at once.
 	// Defaults to WorkConcurrencyDefault.
 	WorkConcurrency int
-	// AutoResume turns push-resume on. Defaults to true.
-	AutoResume bool
+	// NoAutoResume turns push-resume off for every agent
+	// (BGJOBS_AUTO_RESUME=false). The zero value resumes.
+	NoAutoResume bool
 	// BatchJoinTimeout is the straggler timeout of a batch join. Defaults to
 	// BatchJoinTimeoutDefault.
 	BatchJoinTimeout time.Duration
@@ -81,7 +82,6 @@ type Config struct {
 }
 
 // WithDefaults returns a copy of c with every zero field set to its default.
-// AutoResume has no zero-value default; Load sets it.
 func (c Config) WithDefaults() Config {
 	c.Addr = cmp.Or(c.Addr, AddrDefault)
 	c.DataDir = cmp.Or(c.DataDir, DataDirDefault)
@@ -196,13 +196,12 @@ func Load(getenv func(string) string) (Config, error) {
 			*v.dst = d
 		}
 	}
-	c.AutoResume = true
 	if s := getenv("BGJOBS_AUTO_RESUME"); s != "" {
 		b, err := strconv.ParseBool(s)
 		if err != nil {
 			return c, FieldError("BGJOBS_AUTO_RESUME", "not a boolean: %q", s)
 		}
-		c.AutoResume = b
+		c.NoAutoResume = !b
 	}
 	if getenv("BGJOBS_RESUME_COALESCE") == "" {
 		c.ResumeCoalesce = ResumeCoalesceDefault

@@ -23,9 +23,9 @@ const (
 // Error is the one error type that crosses package boundaries with a code a
 // client can act on. Field names the request field at fault, when one is.
 type Error struct {
-	Code    string
-	Message string
-	Field   string
+	Code    string `json:"code"`
+	Message string `json:"message"`
+	Field   string `json:"field,omitempty"`
 }
 
 func (e *Error) Error() string {

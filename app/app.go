@@ -59,7 +59,8 @@ func Run(ctx context.Context, cfg bgjobs.Config, mode Mode, stdout io.Writer, op
 	}
 	log.Info("starting", slog.String("mode", map[Mode]string{ModeServe: "serve", ModeWorker: "worker"}[mode]), slog.String("config", cfg.String()))
 
-	m := tasks.NewManager(conn.rdb, cfg, tasks.Deps{Kinds: opts.Kinds, Turns: agents.NewA2A(), Logger: log})
+	runner := agents.NewA2A()
+	m := tasks.NewManager(conn.rdb, cfg, tasks.Deps{Kinds: opts.Kinds, Turns: runner, Resumer: runner, Logger: log})
 	defer m.Close()
 	w := m.NewWorker()
 	if err := w.Start(ctx); err != nil {

@@ -39,6 +39,9 @@ func addRoutes(e *echo.Echo, m *tasks.Manager, auth *authenticator) {
 	v1.POST("/jobs/:id/ack", handleAck(m))
 	v1.DELETE("/jobs/:id", handleDeleteJob(m))
 
+	v1.POST("/batches", handleSpawnBatch(m))
+	v1.GET("/batches/:id", handleGetBatch(m))
+
 	// Session ids may contain "/", so the action is the last path segment.
 	v1.POST("/sessions/*", handleSessionAction(m))
 }

@@ -3,6 +3,7 @@ package handlers
 import (
 	"net/http"
 	"strings"
+	"time"
 
 	"github.com/labstack/echo/v4"
 
@@ -13,7 +14,7 @@ import (
 // handleSessionAction routes POST /v1/sessions/{session}/{action}; the
 // session id may itself contain slashes.
 func handleSessionAction(m *tasks.Manager) echo.HandlerFunc {
-	drain := handleDrain(m)
+	drain, busy, idle := handleDrain(m), handleBusy(m), handleIdle(m)
 	return func(c echo.Context) error {
 		rest := strings.TrimPrefix(c.Request().URL.Path, "/v1/sessions/")
 		i := strings.LastIndex(rest, "/")
@@ -24,6 +25,10 @@ func handleSessionAction(m *tasks.Manager) echo.HandlerFunc {
 		switch action {
 		case "drain":
 			return drain(c, session)
+		case "busy":
+			return busy(c, session)
+		case "idle":
+			return idle(c, session)
 		}
 		return bgjobs.Errorf(bgjobs.ENotFound, "no session action %q", action)
 	}
@@ -54,5 +59,52 @@ func handleDrain(m *tasks.Manager) func(echo.Context, string) error {
 			ns = []tasks.Notification{}
 		}
 		return c.JSON(http.StatusOK, drainResponse{Notifications: ns})
+	}
+}
+
+type busyBody struct {
+	TTLS *int `json:"ttl_s"`
+}
+
+type busyResponse struct {
+	Session string `json:"session"`
+	Busy    bool   `json:"busy"`
+}
+
+// handleBusy starts or extends the session's busy lease: resumes are held
+// until idle or until the lease lapses.
+func handleBusy(m *tasks.Manager) func(echo.Context, string) error {
+	return func(c echo.Context, session string) error {
+		agent, err := agentOf(c)
+		if err != nil {
+			return err
+		}
+		var b busyBody
+		if c.Request().ContentLength != 0 {
+			if err := decodeBody(c, &b); err != nil {
+				return err
+			}
+		}
+		ttl := tasks.BusyTTLDefault
+		if b.TTLS != nil {
+			ttl = time.Duration(*b.TTLS) * time.Second
+		}
+		if err := m.Busy(c.Request().Context(), agent, session, ttl); err != nil {
+			return err
+		}
+		return c.JSON(http.StatusOK, busyResponse{Session: session, Busy: true})
+	}
+}
+
+func handleIdle(m *tasks.Manager) func(echo.Context, string) error {
+	return func(c echo.Context, session string) error {
+		agent, err := agentOf(c)
+		if err != nil {
+			return err
+		}
+		if err := m.Idle(c.Request().Context(), agent, session); err != nil {
+			return err
+		}
+		return c.JSON(http.StatusOK, busyResponse{Session: session, Busy: false})
 	}
 }

@@ -31,6 +31,9 @@ type Event struct {
 	Result        string    `json:"result,omitempty"`
 	Error         string    `json:"error,omitempty"`
 	Attempt       int64     `json:"attempt,omitempty"`
+	Trigger       string    `json:"trigger,omitempty"`
+	Counts        *Counts   `json:"counts,omitempty"`
+	Partial       bool      `json:"partial,omitempty"`
 	At            time.Time `json:"at"`
 }
 

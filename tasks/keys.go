@@ -13,6 +13,13 @@ import (
 //	<ns>:{<agent>/<session>}:pending      zset   ended, not yet notified (score = completed_at ms)
 //	<ns>:{<agent>/<session>}:jobs         zset   every job of the session (score = created_at ms)
 //	<ns>:{<agent>/<session>}:drain:<h>    string ids a drain with Idempotency-Key h returned (10 min)
+//	<ns>:{<agent>/<session>}:outbox       zset   follow-ups a settle recorded, pumped to asynq (score = ms)
+//	<ns>:{<agent>/<session>}:busy         string the busy lease: its expiry in ms (key TTL a little longer)
+//	<ns>:{<agent>/<session>}:held         zset   resume triggers held while busy (score = ms)
+//	<ns>:{<agent>/<session>}:batch:<b>    hash   size, settled, completed, failed, cancelled, joined_at, partial
+//	<ns>:{<agent>/<session>}:batch:<b>:claim  string (SET NX) the single-fire join claim
+//	<ns>:{<agent>/<session>}:batch:<b>:jobs   list  member job ids, in spec order
+//	<ns>:batchidx                         hash   batch id → tag
 //	<ns>:jobidx                           hash   job id → tag (lookup by id)
 //	<ns>:active                           zset   job ids not yet terminal, for the reconciler (score = created_at ms)
 //	<ns>:turnsem                          zset   running turns → lease expiry ms (the global cap)
@@ -31,6 +38,15 @@ func (k keys) pending(tag string) string          { return k.session(tag) + ":pe
 func (k keys) sessionJobs(tag string) string      { return k.session(tag) + ":jobs" }
 func (k keys) drainIdem(tag, key string) string   { return k.session(tag) + ":drain:" + digest(key) }
 func (k keys) jobIndex() string                   { return k.ns + ":jobidx" }
+func (k keys) sessionPrefix(tag string) string    { return k.session(tag) + ":" }
+func (k keys) outbox(tag string) string           { return k.session(tag) + ":outbox" }
+func (k keys) outboxPattern() string              { return k.ns + ":{*}:outbox" }
+func (k keys) busy(tag string) string             { return k.session(tag) + ":busy" }
+func (k keys) held(tag string) string             { return k.session(tag) + ":held" }
+func (k keys) batch(tag, id string) string        { return k.session(tag) + ":batch:" + id }
+func (k keys) batchClaim(tag, id string) string   { return k.batch(tag, id) + ":claim" }
+func (k keys) batchJobs(tag, id string) string    { return k.batch(tag, id) + ":jobs" }
+func (k keys) batchIndex() string                 { return k.ns + ":batchidx" }
 func (k keys) active() string                     { return k.ns + ":active" }
 func (k keys) turnSem() string                    { return k.ns + ":turnsem" }
 func (k keys) agents() string                     { return k.ns + ":agents" }

@@ -44,6 +44,9 @@ type Deps struct {
 	Kinds *Kinds
 	// Turns runs turn jobs. Required to run turns; spawn works without it.
 	Turns TurnRunner
+	// Resumer sends resumes. Required to deliver them; without it they
+	// wait in their queue.
+	Resumer Resumer
 	// Now is the clock. Defaults to time.Now.
 	Now func() time.Time
 	// Logger defaults to slog.Default().
@@ -60,8 +63,10 @@ type Manager struct {
 	aq    *asynq.Client
 	insp  *asynq.Inspector
 	kinds *Kinds
-	turns TurnRunner
-	sink  *sink
+	turns   TurnRunner
+	resumer Resumer
+	agents  *agentCache
+	sink    *sink
 	now   func() time.Time
 	log   *slog.Logger
 }
@@ -79,10 +84,13 @@ func NewManager(rdb redis.UniversalClient, cfg bgjobs.Config, d Deps) *Manager {
 	if d.Logger == nil {
 		d.Logger = slog.Default()
 	}
+	store := NewStore(rdb, cfg.Namespace, cfg.Retention)
 	return &Manager{
-		cfg:   cfg,
-		rdb:   rdb,
-		store: NewStore(rdb, cfg.Namespace, cfg.Retention),
+		cfg:     cfg,
+		rdb:     rdb,
+		store:   store,
+		resumer: d.Resumer,
+		agents:  &agentCache{store: store, ttl: 2 * time.Second, items: map[string]agentCacheItem{}},
 		sink:  newSink(rdb, d.Logger),
 		k:     keys{ns: cfg.Namespace},
 		aq:    asynq.NewClientFromRedisClient(rdb),
@@ -139,6 +147,9 @@ type SpawnRequest struct {
 	Work           *WorkSpec
 	Incognito      bool
 	IdempotencyKey string
+	// Invalid, when set, is why a batch spec could not even be read; the
+	// batch reports it as skipped.
+	Invalid *bgjobs.Error
 }
 
 // spawnIdemTTL is how long an Idempotency-Key on spawn returns the first job.
@@ -207,6 +218,9 @@ func (m *Manager) claimIdempotency(ctx context.Context, agent, key, id string) (
 
 // checkSpawn applies the domain rules and builds the row.
 func (m *Manager) checkSpawn(ctx context.Context, req SpawnRequest) (*Job, error) {
+	if req.Invalid != nil {
+		return nil, req.Invalid
+	}
 	if !bgjobs.ValidAgentName(req.Agent) {
 		return nil, bgjobs.FieldError("agent", "agent names are 1–64 characters of [a-z0-9_-]")
 	}
@@ -477,7 +491,11 @@ func (m *Manager) PutAgent(ctx context.Context, a *Agent) error {
 			return bgjobs.FieldError("subagent_types", "subagent type names are 1–64 characters")
 		}
 	}
-	return m.store.putAgent(ctx, a)
+	if err := m.store.putAgent(ctx, a); err != nil {
+		return err
+	}
+	m.agents.forget(a.Name)
+	return nil
 }
 
 // GetAgent returns an agent's configuration, or not_found.

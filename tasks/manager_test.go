@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"log/slog"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -31,7 +32,7 @@ func setup(t *testing.T, opts ...setupOpt) *testBundle {
 	env := testenv.New(t)
 	b := &testBundle{env: env}
 	cfg := bgjobs.Config{Namespace: env.Namespace, PollInterval: 10 * time.Millisecond, WorkConcurrency: 20, ShutdownTimeout: 2 * time.Second}
-	d := Deps{Now: func() time.Time {
+	d := Deps{Logger: slog.New(slog.DiscardHandler), Now: func() time.Time {
 		if p := b.now.Load(); p != nil {
 			return *p
 		}

@@ -70,8 +70,12 @@ func (r *Reconciler) Stop() {
 	r.wg.Wait()
 }
 
-// Reconcile runs one sweep and returns how many jobs it settled.
+// Reconcile runs one sweep and returns how many jobs it settled. It also
+// moves on any outbox a crash left behind.
 func (m *Manager) Reconcile(ctx context.Context) (int, error) {
+	if err := m.PumpAll(ctx); err != nil {
+		m.log.Warn("outbox sweep", slog.Any("err", err))
+	}
 	cutoff := m.now().Add(-reconcileGrace).UnixMilli()
 	ids, err := m.rdb.ZRangeByScore(ctx, m.k.active(), &redis.ZRangeBy{Min: "-inf", Max: strconv.FormatInt(cutoff, 10)}).Result()
 	if err != nil {

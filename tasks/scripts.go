@@ -49,9 +49,19 @@ return 1
 // settleCmd ends a job: status, result or error, completion time, and its
 // entry in the session's pending set (unless it was already delivered, for
 // example to a caller that waited for it, in which case retention starts).
+// In the same step it records what must follow in the session's outbox, so
+// a crash between two Redis calls loses no resume and no join:
+//
+//	r|<job id>    announce this job (a plain job, or a member settling after its batch joined)
+//	j|<batch id>  the batch joined: this settle brought settled == size and won the claim
+//	s|<batch id>  the batch's first member settled: arm its straggler timer
+//
+// A batch member counts once, here, because only the call that moves it to a
+// terminal state gets this far.
 //
 // KEYS[1] -> job hash
 // KEYS[2] -> session pending zset
+// KEYS[3] -> session outbox zset
 // ARGV[1] -> terminal status (completed | failed | cancelled)
 // ARGV[2] -> "1" if a result is set
 // ARGV[3] -> result
@@ -59,6 +69,7 @@ return 1
 // ARGV[5] -> error
 // ARGV[6] -> now (ms)
 // ARGV[7] -> retention (s), applied when the job was already notified
+// ARGV[8] -> session key prefix, "<ns>:{<tag>}:", for the batch's keys
 //
 // Returns 1 if this call settled the job, 0 if it was already terminal (a
 // no-op), -1 if there is no such row.
@@ -68,12 +79,106 @@ if not st then return -1 end
 if terminal(st) then return 0 end
 redis.call('HSET', KEYS[1], 'status', ARGV[1], 'has_result', ARGV[2], 'result', ARGV[3],
   'has_error', ARGV[4], 'error', ARGV[5], 'completed_at', ARGV[6])
+local id = redis.call('HGET', KEYS[1], 'id')
 if redis.call('HGET', KEYS[1], 'notified') == '1' then
   redis.call('EXPIRE', KEYS[1], ARGV[7])
 else
-  redis.call('ZADD', KEYS[2], ARGV[6], redis.call('HGET', KEYS[1], 'id'))
+  redis.call('ZADD', KEYS[2], ARGV[6], id)
+end
+local bid = redis.call('HGET', KEYS[1], 'batch_id')
+if not bid or bid == '' then
+  redis.call('ZADD', KEYS[3], ARGV[6], 'r|' .. id)
+  return 1
+end
+local bkey = ARGV[8] .. 'batch:' .. bid
+local settled = redis.call('HINCRBY', bkey, 'settled', 1)
+redis.call('HINCRBY', bkey, ARGV[1], 1)
+local size = tonumber(redis.call('HGET', bkey, 'size'))
+if redis.call('EXISTS', bkey .. ':claim') == 1 then
+  redis.call('ZADD', KEYS[3], ARGV[6], 'r|' .. id)
+elseif settled >= size then
+  if redis.call('SET', bkey .. ':claim', 'full', 'NX') then
+    redis.call('HSET', bkey, 'joined_at', ARGV[6], 'partial', '0')
+    redis.call('ZADD', KEYS[3], ARGV[6], 'j|' .. bid)
+  end
+elseif settled == 1 then
+  redis.call('ZADD', KEYS[3], ARGV[6], 's|' .. bid)
 end
 return 1
+`)
+
+// forceJoinCmd is the straggler timer firing: the same claim as a full join,
+// taken early, so exactly one of the two ever joins the batch.
+//
+// KEYS[1] -> batch hash
+// KEYS[2] -> batch claim
+// KEYS[3] -> session outbox zset
+// ARGV[1] -> batch id
+// ARGV[2] -> now (ms)
+//
+// Returns 1 if this call joined the batch (partially), 0 if it had joined.
+var forceJoinCmd = redis.NewScript(`
+if not redis.call('SET', KEYS[2], 'partial', 'NX') then return 0 end
+redis.call('HSET', KEYS[1], 'joined_at', ARGV[2], 'partial', '1')
+redis.call('ZADD', KEYS[3], ARGV[2], 'j|' .. ARGV[1])
+return 1
+`)
+
+// holdIfBusyCmd decides, for a resume about to be sent, whether the session
+// is inside a turn. If it is, the trigger is held (never dropped) for the
+// coalesced nudge that idle or the lease's lapse will send.
+//
+// KEYS[1] -> session busy lease (string: lease expiry ms)
+// KEYS[2] -> session held zset (trigger → when it was held, ms)
+// ARGV[1] -> now (ms)
+// ARGV[2] -> trigger (job or batch id)
+//
+// Returns 1 if held, 0 if the session is not busy and the resume may go.
+var holdIfBusyCmd = redis.NewScript(`
+local lease = redis.call('GET', KEYS[1])
+if lease and tonumber(lease) > tonumber(ARGV[1]) then
+  redis.call('ZADD', KEYS[2], ARGV[1], ARGV[2])
+  return 1
+end
+return 0
+`)
+
+// busyCmd starts or extends a session's busy lease.
+//
+// KEYS[1] -> session busy lease
+// ARGV[1] -> lease expiry (ms)
+// ARGV[2] -> key TTL (s): a little past the lease, so the key cleans itself up
+var busyCmd = redis.NewScript(`
+redis.call('SET', KEYS[1], ARGV[1], 'EX', ARGV[2])
+return 1
+`)
+
+// idleCmd ends a session's busy lease — on an explicit idle, or when the
+// lapse timer finds the lease expired — and, if nudges were held and
+// something is still undrained, records one coalesced nudge in the outbox:
+//
+//	f|<latest held trigger>
+//
+// KEYS[1] -> session busy lease
+// KEYS[2] -> session held zset
+// KEYS[3] -> session pending zset
+// KEYS[4] -> session outbox zset
+// ARGV[1] -> now (ms)
+// ARGV[2] -> "lapse" to act only if the lease has expired, "idle" otherwise
+//
+// Returns {ended, folded}: ended 1 if the session is now idle, folded 1 if a
+// coalesced nudge was recorded.
+var idleCmd = redis.NewScript(`
+local lease = redis.call('GET', KEYS[1])
+if ARGV[2] == 'lapse' and lease and tonumber(lease) > tonumber(ARGV[1]) then
+  return {0, 0}
+end
+redis.call('DEL', KEYS[1])
+local latest = redis.call('ZRANGE', KEYS[2], -1, -1)
+redis.call('DEL', KEYS[2])
+if #latest == 0 or redis.call('ZCARD', KEYS[3]) == 0 then return {1, 0} end
+redis.call('ZADD', KEYS[4], ARGV[1], 'f|' .. latest[1])
+return {1, 1}
 `)
 
 // drainFields is the order of the row fields drainCmd returns per job.

@@ -43,8 +43,22 @@ func unavailable(op string, err error) error {
 	return &bgjobs.Error{Code: bgjobs.EUnavailable, Message: fmt.Sprintf("%s: redis: %v", op, err)}
 }
 
-// create writes a new queued row and indexes it, in one round trip.
+// create writes a new queued row and indexes it, in one round trip shared
+// with concurrent callers.
 func (s *Store) create(ctx context.Context, j *Job) error {
+	var cmds []redis.Cmder
+	err := s.ap.do(ctx, func(ctx context.Context, p redis.Pipeliner) { cmds = s.queueCreate(ctx, p, j) })
+	for _, c := range cmds {
+		err = cmp.Or(err, c.Err())
+	}
+	if err != nil {
+		return unavailable("create job", err)
+	}
+	return nil
+}
+
+// queueCreate adds the writes of a new row to p.
+func (s *Store) queueCreate(ctx context.Context, p redis.Pipeliner, j *Job) []redis.Cmder {
 	tag := Tag(j.Agent, j.OriginSession)
 	fields := map[string]any{
 		fID: j.ID, fAgent: j.Agent, fSession: j.OriginSession, fKind: string(j.Kind),
@@ -57,22 +71,13 @@ func (s *Store) create(ctx context.Context, j *Job) error {
 		fields[fBatch] = *j.BatchID
 	}
 	score := float64(j.CreatedAt.UnixMilli())
-	var cmds []redis.Cmder
-	err := s.ap.do(ctx, func(ctx context.Context, p redis.Pipeliner) {
-		cmds = append(cmds,
-			p.HSet(ctx, s.k.job(tag, j.ID), fields),
-			p.ZAdd(ctx, s.k.sessionJobs(tag), redis.Z{Score: score, Member: j.ID}),
-			p.ZAdd(ctx, s.k.agentJobs(j.Agent), redis.Z{Score: score, Member: j.ID}),
-			p.HSet(ctx, s.k.jobIndex(), j.ID, tag),
-			p.ZAdd(ctx, s.k.active(), redis.Z{Score: score, Member: j.ID}))
-	})
-	for _, c := range cmds {
-		err = cmp.Or(err, c.Err())
+	return []redis.Cmder{
+		p.HSet(ctx, s.k.job(tag, j.ID), fields),
+		p.ZAdd(ctx, s.k.sessionJobs(tag), redis.Z{Score: score, Member: j.ID}),
+		p.ZAdd(ctx, s.k.agentJobs(j.Agent), redis.Z{Score: score, Member: j.ID}),
+		p.HSet(ctx, s.k.jobIndex(), j.ID, tag),
+		p.ZAdd(ctx, s.k.active(), redis.Z{Score: score, Member: j.ID}),
 	}
-	if err != nil {
-		return unavailable("create job", err)
-	}
-	return nil
 }
 
 // forget removes a row that never became a job (its task could not be
@@ -180,9 +185,9 @@ func (s *Store) settle(ctx context.Context, tag, id string, o Outcome, now time.
 	if o.Error != nil {
 		errText = *o.Error
 	}
-	n, err := s.ap.script(ctx, settleCmd, []string{s.k.job(tag, id), s.k.pending(tag)},
+	n, err := s.ap.script(ctx, settleCmd, []string{s.k.job(tag, id), s.k.pending(tag), s.k.outbox(tag)},
 		string(o.Status), boolStr(o.Result != nil), res, boolStr(o.Error != nil), errText,
-		ms(now), int64(s.retention.Seconds())).Int64()
+		ms(now), int64(s.retention.Seconds()), s.k.sessionPrefix(tag)).Int64()
 	if err != nil {
 		return false, unavailable("settle job", err)
 	}

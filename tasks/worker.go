@@ -34,6 +34,11 @@ func (m *Manager) settle(ctx context.Context, j *Job, o Outcome) (bool, error) {
 	m.publish(e)
 	active, id := m.k.active(), j.ID
 	m.sink.add(func(ctx context.Context, p redis.Pipeliner) { p.ZRem(ctx, active, id) })
+	// The settle recorded its follow-ups in the outbox; move them on now.
+	// A failure here is retried by the reconciler's sweep.
+	if err := m.pump(ctx, Tag(j.Agent, j.OriginSession)); err != nil {
+		m.log.Warn("pump after settle", slog.String("job_id", j.ID), slog.Any("err", err))
+	}
 	m.log.Info("job settled", slog.String("job_id", j.ID), slog.String("agent", j.Agent), slog.String("status", string(o.Status)))
 	return true, nil
 }
@@ -200,6 +205,9 @@ func retryDelay(n int, _ error, _ *asynq.Task) time.Duration {
 // Fetch loops per process: one per workersPerFetcher work slots, at most
 // maxFetchers (each also runs asynq's housekeeping loops).
 const (
+	// followConcurrency is how many resumes and timers one process
+	// delivers at once.
+	followConcurrency = 10
 	workersPerFetcher = 16
 	maxFetchers       = 4
 )
@@ -218,6 +226,9 @@ func (m *Manager) NewWorker() *Worker {
 	mux := asynq.NewServeMux()
 	mux.HandleFunc(TypeTurn, m.ProcessTask)
 	mux.HandleFunc(TypeWork, m.ProcessTask)
+	mux.HandleFunc(TypeResume, m.ProcessResume)
+	mux.HandleFunc(TypeStraggler, m.ProcessStraggler)
+	mux.HandleFunc(TypeLapse, m.ProcessLapse)
 	logger := asynqLogger{m.log.With(slog.String("component", "asynq"))}
 	base := asynq.Config{
 		TaskCheckInterval:        m.cfg.PollInterval,
@@ -230,7 +241,10 @@ func (m *Manager) NewWorker() *Worker {
 	turns := base
 	turns.Concurrency = m.cfg.TurnConcurrency
 	turns.Queues = map[string]int{m.Queue(QueueTurns): 1}
-	configs := []asynq.Config{turns}
+	follow := base
+	follow.Concurrency = followConcurrency
+	follow.Queues = map[string]int{m.Queue(QueueResume): 2, m.Queue(QueueControl): 1}
+	configs := []asynq.Config{turns, follow}
 	// An asynq server fetches one task per round trip from a single loop,
 	// which caps a busy server below what its workers could run. Work
 	// concurrency is split over a few servers, each with its own fetch loop.

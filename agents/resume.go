@@ -1,0 +1,120 @@
+package agents
+
+import (
+	"bytes"
+	"context"
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"time"
+
+	"github.com/a2aproject/a2a-go/a2a"
+	"github.com/a2aproject/a2a-go/a2aclient"
+
+	"github.com/bgjobs/bgjobs/tasks"
+)
+
+// SignatureHeader carries a webhook body's HMAC-SHA256, as "sha256=<hex>".
+const SignatureHeader = "X-Bgjobs-Signature"
+
+// Sign returns the SignatureHeader value of body under secret.
+func Sign(secret string, body []byte) string {
+	mac := hmac.New(sha256.New, []byte(secret))
+	mac.Write(body)
+	return "sha256=" + hex.EncodeToString(mac.Sum(nil))
+}
+
+// webhookTimeout bounds one webhook delivery; asynq retries a slow one.
+const webhookTimeout = 10 * time.Second
+
+// SendResume wakes the agent's session: A2A message/send with contextId =
+// the session, or a signed webhook POST, as the agent is configured.
+func (r *A2A) SendResume(ctx context.Context, a *tasks.Agent, session, messageID string, meta tasks.ResumeMeta) error {
+	switch a.Resume {
+	case tasks.ResumeA2A:
+		return r.sendA2AResume(ctx, a.A2AURL, session, messageID, meta)
+	case tasks.ResumeWebhook:
+		return r.sendWebhook(ctx, a.WebhookURL, a.WebhookSecret, session, meta)
+	}
+	return nil
+}
+
+// ResumeText is the one text part of an A2A resume: it tells the agent what
+// to do, and nothing of the results themselves.
+func ResumeText(meta tasks.ResumeMeta) string {
+	what := fmt.Sprintf("%d background job(s) finished", len(meta.Jobs))
+	if meta.BatchID != nil && meta.Trigger == *meta.BatchID {
+		what = fmt.Sprintf("Background batch %s joined", *meta.BatchID)
+		if meta.Partial {
+			what = fmt.Sprintf("Background batch %s joined partially (straggler timeout)", *meta.BatchID)
+		}
+	}
+	c := meta.Counts
+	return fmt.Sprintf("%s: %d completed, %d failed, %d cancelled. Drain your background notifications now to read the results.",
+		what, c.Completed, c.Failed, c.Cancelled)
+}
+
+func metaMap(meta tasks.ResumeMeta) (map[string]any, error) {
+	b, err := json.Marshal(meta)
+	if err != nil {
+		return nil, err
+	}
+	var m map[string]any
+	return m, json.Unmarshal(b, &m)
+}
+
+func (r *A2A) sendA2AResume(ctx context.Context, url, session, messageID string, meta tasks.ResumeMeta) error {
+	// Not blocking: the agent runs a whole turn on this nudge; bgjobs only
+	// needs it accepted.
+	client, err := a2aclient.NewFromEndpoints(ctx,
+		[]a2a.AgentInterface{{URL: url, Transport: a2a.TransportProtocolJSONRPC}},
+		a2aclient.WithJSONRPCTransport(r.HTTP), a2aclient.WithConfig(a2aclient.Config{Polling: true}))
+	if err != nil {
+		return fmt.Errorf("a2a client for %s: %w", url, err)
+	}
+	defer client.Destroy()
+	md, err := metaMap(meta)
+	if err != nil {
+		return err
+	}
+	msg := &a2a.Message{ID: messageID, ContextID: session, Role: a2a.MessageRoleUser,
+		Parts: a2a.ContentParts{a2a.TextPart{Text: ResumeText(meta)}}, Metadata: md}
+	if _, err := client.SendMessage(ctx, &a2a.MessageSendParams{Message: msg, Metadata: md}); err != nil {
+		return fmt.Errorf("a2a resume message/send: %w", err)
+	}
+	return nil
+}
+
+func (r *A2A) sendWebhook(ctx context.Context, url, secret, session string, meta tasks.ResumeMeta) error {
+	md, err := metaMap(meta)
+	if err != nil {
+		return err
+	}
+	md["session"] = session
+	body, err := json.Marshal(md)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(ctx, webhookTimeout)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(body))
+	if err != nil {
+		return err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set(SignatureHeader, Sign(secret, body))
+	resp, err := r.HTTP.Do(req)
+	if err != nil {
+		return fmt.Errorf("webhook: %w", err)
+	}
+	defer resp.Body.Close()
+	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
+	if resp.StatusCode < 200 || resp.StatusCode > 299 {
+		return fmt.Errorf("webhook %s answered %s", url, resp.Status)
+	}
+	return nil
+}

@@ -1,0 +1,333 @@
+package tasks
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/bgjobs/bgjobs"
+	"github.com/bgjobs/bgjobs/internal/testenv"
+)
+
+// sentResume is one resume a recordingResumer delivered.
+type sentResume struct {
+	Session, MessageID string
+	Meta               ResumeMeta
+	At                 time.Time
+}
+
+// recordingResumer stands in for the agent's endpoint in these tests (the
+// real A2A and webhook senders are tested end to end in cmd/bgjobs).
+type recordingResumer struct {
+	mu   sync.Mutex
+	sent []sentResume
+}
+
+func (r *recordingResumer) SendResume(_ context.Context, _ *Agent, session, messageID string, meta ResumeMeta) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.sent = append(r.sent, sentResume{Session: session, MessageID: messageID, Meta: meta, At: time.Now()})
+	return nil
+}
+
+func (r *recordingResumer) all() []sentResume {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return append([]sentResume(nil), r.sent...)
+}
+
+func withResumer(r Resumer) setupOpt {
+	return func(_ *bgjobs.Config, d *Deps) { d.Resumer = r }
+}
+
+func (b *testBundle) registerAgent(t *testing.T, auto *bool) {
+	t.Helper()
+	require.NoError(t, b.m.PutAgent(context.Background(), &Agent{Name: "alpha", A2AURL: "http://127.0.0.1:1/a2a", AutoResume: auto}))
+}
+
+func TestResumeOnCompletion(t *testing.T) {
+	t.Parallel()
+	rr := &recordingResumer{}
+	b := setup(t, withResumer(rr))
+	b.registerAgent(t, nil)
+	b.startWorker(t)
+	j := b.spawn(t, echoSpawn("chat-42", "hi", 0, false))
+	testenv.Eventually(t, 10*time.Second, "one resume", func() bool { return len(rr.all()) == 1 })
+	time.Sleep(300 * time.Millisecond)
+	got := rr.all()
+	require.Len(t, got, 1)
+	require.Equal(t, "chat-42", got[0].Session)
+	require.Equal(t, "resume-"+j.ID, got[0].MessageID)
+	require.Equal(t, ResumeMeta{Origin: "background", Kind: "background.resume", Trigger: j.ID, Jobs: []string{j.ID},
+		Counts: Counts{Completed: 1}}, got[0].Meta)
+}
+
+func TestNoResumeWhereNoneIsDue(t *testing.T) {
+	t.Parallel()
+	off := false
+	for _, tc := range []struct {
+		desc       string
+		session    string
+		incognito  bool
+		agentAuto  *bool
+		globalAuto bool
+	}{
+		{desc: "background origin", session: "background:bg-0123456789ab", globalAuto: true},
+		{desc: "incognito job", session: "chat-1", incognito: true, globalAuto: true},
+		{desc: "auto-resume off for the agent", session: "chat-1", agentAuto: &off, globalAuto: true},
+		{desc: "auto-resume off globally", session: "chat-1", globalAuto: false},
+	} {
+		t.Run(tc.desc, func(t *testing.T) {
+			t.Parallel()
+			rr := &recordingResumer{}
+			b := setup(t, withResumer(rr), func(c *bgjobs.Config, _ *Deps) { c.NoAutoResume = !tc.globalAuto })
+			b.registerAgent(t, tc.agentAuto)
+			b.startWorker(t)
+			req := echoSpawn(tc.session, "x", 0, false)
+			req.Incognito = tc.incognito
+			j := b.spawn(t, req)
+			b.waitStatus(t, j.ID, StatusCompleted, 10*time.Second)
+			time.Sleep(500 * time.Millisecond)
+			require.Empty(t, rr.all())
+			n, err := b.m.rdb.ZCard(context.Background(), b.m.k.outbox(Tag("alpha", tc.session))).Result()
+			require.NoError(t, err)
+			require.Zero(t, n, "the outbox entry was consumed, not left behind")
+		})
+	}
+}
+
+func batchSpecs(n int, failAt int, delayMS func(i int) int) []SpawnRequest {
+	specs := make([]SpawnRequest, n)
+	for i := range n {
+		specs[i] = echoSpawn("", fmt.Sprint(i), delayMS(i), i == failAt)
+	}
+	return specs
+}
+
+// A batch of 7 with one failing member: exactly one resume with its
+// counts, no per-member resumes, and the batch shows joined.
+func TestBatchJoinsOnce(t *testing.T) {
+	t.Parallel()
+	rr := &recordingResumer{}
+	b := setup(t, withResumer(rr))
+	b.registerAgent(t, nil)
+	b.startWorker(t)
+	ctx := context.Background()
+	res, err := b.m.SpawnBatch(ctx, "alpha", "chat-b", batchSpecs(7, 3, func(i int) int { return i * 20 }))
+	require.NoError(t, err)
+	require.Len(t, res.Jobs, 7)
+	require.Empty(t, res.Skipped)
+	testenv.Eventually(t, 10*time.Second, "the join resume", func() bool { return len(rr.all()) >= 1 })
+	time.Sleep(500 * time.Millisecond)
+	got := rr.all()
+	require.Len(t, got, 1, "one resume for the batch, none per member")
+	require.Equal(t, "resume-"+res.BatchID, got[0].MessageID)
+	require.Equal(t, Counts{Completed: 6, Failed: 1}, got[0].Meta.Counts)
+	require.Equal(t, res.BatchID, *got[0].Meta.BatchID)
+	require.False(t, got[0].Meta.Partial)
+	require.Len(t, got[0].Meta.Jobs, 7)
+
+	bt, err := b.m.GetBatch(ctx, "alpha", res.BatchID)
+	require.NoError(t, err)
+	require.True(t, bt.Joined)
+	require.Equal(t, 7, bt.Settled)
+	require.Equal(t, Counts{Completed: 6, Failed: 1}, bt.Counts)
+
+	// Replaying a member's settle after the join fires nothing.
+	j, err := b.m.store.lookup(ctx, res.Jobs[0].ID)
+	require.NoError(t, err)
+	r := "again"
+	ok, err := b.m.settle(ctx, j, Outcome{Status: StatusCompleted, Result: &r})
+	require.NoError(t, err)
+	require.False(t, ok)
+	time.Sleep(300 * time.Millisecond)
+	require.Len(t, rr.all(), 1)
+	bt, err = b.m.GetBatch(ctx, "alpha", res.BatchID)
+	require.NoError(t, err)
+	require.Equal(t, 7, bt.Settled)
+
+	ns, err := b.m.Drain(ctx, "alpha", "chat-b", "")
+	require.NoError(t, err)
+	require.Len(t, ns, 7)
+}
+
+func TestBatchSkipsBadSpecs(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	specs := batchSpecs(3, -1, func(int) int { return 0 })
+	specs[1].Work = &WorkSpec{Type: "teleport"}
+	res, err := b.m.SpawnBatch(ctx, "alpha", "chat-b", specs)
+	require.NoError(t, err)
+	require.Len(t, res.Jobs, 2)
+	require.Equal(t, []int{0, 2}, []int{res.Jobs[0].Index, res.Jobs[1].Index})
+	require.Len(t, res.Skipped, 1)
+	require.Equal(t, 1, res.Skipped[0].Index)
+	require.Equal(t, "work.type", res.Skipped[0].Error.Field)
+	bt, err := b.m.GetBatch(ctx, "alpha", res.BatchID)
+	require.NoError(t, err)
+	require.Equal(t, 2, bt.Size, "the size is what spawned")
+
+	_, err = b.m.SpawnBatch(ctx, "alpha", "chat-b", []SpawnRequest{{Kind: KindWork}})
+	require.Equal(t, bgjobs.EInvalid, bgjobs.ErrorCode(err))
+	_, err = b.m.SpawnBatch(ctx, "alpha", "chat-b", make([]SpawnRequest, BatchMax+1))
+	require.Equal(t, bgjobs.ETooLarge, bgjobs.ErrorCode(err))
+	_, err = b.m.GetBatch(ctx, "beta", res.BatchID)
+	require.Equal(t, bgjobs.ENotFound, bgjobs.ErrorCode(err), "another agent's batch does not exist")
+}
+
+// Straggler: a 2 s timeout, one member 10 s late. A partial join fires at
+// about 2 s with the counts settled so far; the straggler later resumes on
+// its own and drains; nothing else fires.
+func TestStragglerForcesPartialJoin(t *testing.T) {
+	t.Parallel()
+	rr := &recordingResumer{}
+	b := setup(t, withResumer(rr), func(c *bgjobs.Config, _ *Deps) { c.BatchJoinTimeout = 2 * time.Second })
+	b.registerAgent(t, nil)
+	b.startWorker(t)
+	ctx := context.Background()
+	start := time.Now()
+	res, err := b.m.SpawnBatch(ctx, "alpha", "chat-s", batchSpecs(4, -1, func(i int) int {
+		if i == 3 {
+			return 10000
+		}
+		return 0
+	}))
+	require.NoError(t, err)
+	testenv.Eventually(t, 8*time.Second, "the partial join", func() bool { return len(rr.all()) == 1 })
+	partial := rr.all()[0]
+	took := partial.At.Sub(start)
+	require.GreaterOrEqual(t, took, 2*time.Second)
+	require.Less(t, took, 5*time.Second, "about the 2 s timeout (asynq's timer check adds up to ~1 s)")
+	require.Equal(t, "resume-"+res.BatchID, partial.MessageID)
+	require.True(t, partial.Meta.Partial)
+	require.Equal(t, Counts{Completed: 3}, partial.Meta.Counts)
+
+	ns, err := b.m.Drain(ctx, "alpha", "chat-s", "")
+	require.NoError(t, err)
+	require.Len(t, ns, 3)
+
+	testenv.Eventually(t, 15*time.Second, "the straggler's own resume", func() bool { return len(rr.all()) == 2 })
+	late := rr.all()[1]
+	straggler := res.Jobs[3].ID
+	require.Equal(t, "resume-"+straggler, late.MessageID)
+	require.Equal(t, []string{straggler}, late.Meta.Jobs)
+	ns, err = b.m.Drain(ctx, "alpha", "chat-s", "")
+	require.NoError(t, err)
+	require.Len(t, ns, 1)
+	require.Equal(t, straggler, ns[0].JobID)
+	time.Sleep(1500 * time.Millisecond)
+	require.Len(t, rr.all(), 2, "nothing else fires")
+}
+
+func TestBusySessionFoldsResumes(t *testing.T) {
+	t.Parallel()
+	rr := &recordingResumer{}
+	b := setup(t, withResumer(rr))
+	b.registerAgent(t, nil)
+	b.startWorker(t)
+	ctx := context.Background()
+
+	require.NoError(t, b.m.Busy(ctx, "alpha", "chat-1", time.Minute))
+	j1 := b.spawn(t, echoSpawn("chat-1", "a", 0, false))
+	j2 := b.spawn(t, echoSpawn("chat-1", "b", 0, false))
+	b.waitStatus(t, j1.ID, StatusCompleted, 10*time.Second)
+	b.waitStatus(t, j2.ID, StatusCompleted, 10*time.Second)
+	time.Sleep(500 * time.Millisecond)
+	require.Empty(t, rr.all(), "no resume while busy")
+
+	require.NoError(t, b.m.Idle(ctx, "alpha", "chat-1"))
+	testenv.Eventually(t, 5*time.Second, "one coalesced resume", func() bool { return len(rr.all()) == 1 })
+	time.Sleep(500 * time.Millisecond)
+	got := rr.all()
+	require.Len(t, got, 1)
+	require.ElementsMatch(t, []string{j1.ID, j2.ID}, got[0].Meta.Jobs)
+	require.Equal(t, Counts{Completed: 2}, got[0].Meta.Counts)
+
+	// A second idle has nothing held: nothing fires.
+	require.NoError(t, b.m.Idle(ctx, "alpha", "chat-1"))
+	time.Sleep(300 * time.Millisecond)
+	require.Len(t, rr.all(), 1)
+}
+
+func TestBusyLeaseLapseSendsOne(t *testing.T) {
+	t.Parallel()
+	rr := &recordingResumer{}
+	b := setup(t, withResumer(rr))
+	b.registerAgent(t, nil)
+	b.startWorker(t)
+	ctx := context.Background()
+	require.NoError(t, b.m.Busy(ctx, "alpha", "chat-1", 2*time.Second))
+	j := b.spawn(t, echoSpawn("chat-1", "a", 0, false))
+	b.waitStatus(t, j.ID, StatusCompleted, 10*time.Second)
+	time.Sleep(300 * time.Millisecond)
+	require.Empty(t, rr.all())
+	// No client call: the lease lapses and its timer sends the nudge.
+	testenv.Eventually(t, 10*time.Second, "the lapse resume", func() bool { return len(rr.all()) == 1 })
+	time.Sleep(1500 * time.Millisecond)
+	require.Len(t, rr.all(), 1)
+	busy, err := b.m.IsBusy(ctx, "alpha", "chat-1")
+	require.NoError(t, err)
+	require.False(t, busy)
+}
+
+// The seed bug, as a regression test: an unread completion held through a
+// busy period of hours (an injected clock) is still delivered, once.
+func TestHeldThroughHoursOfBusyIsDeliveredOnce(t *testing.T) {
+	t.Parallel()
+	rr := &recordingResumer{}
+	b := setup(t, withResumer(rr))
+	b.registerAgent(t, nil)
+	b.startWorker(t)
+	ctx := context.Background()
+	clock := time.Now()
+	b.now.Store(&clock)
+
+	require.NoError(t, b.m.Busy(ctx, "alpha", "chat-h", time.Hour))
+	j := b.spawn(t, echoSpawn("chat-h", "unread", 0, false))
+	b.waitStatus(t, j.ID, StatusCompleted, 10*time.Second)
+	time.Sleep(300 * time.Millisecond)
+	// Five hours pass; the agent keeps renewing its lease, turn after turn.
+	for h := 1; h <= 5; h++ {
+		later := clock.Add(time.Duration(h) * time.Hour)
+		b.now.Store(&later)
+		require.NoError(t, b.m.Busy(ctx, "alpha", "chat-h", time.Hour))
+	}
+	require.Empty(t, rr.all(), "held, not sent, while busy")
+	require.NoError(t, b.m.Idle(ctx, "alpha", "chat-h"))
+	testenv.Eventually(t, 5*time.Second, "the held resume", func() bool { return len(rr.all()) == 1 })
+	ns, err := b.m.Drain(ctx, "alpha", "chat-h", "")
+	require.NoError(t, err)
+	require.Len(t, ns, 1)
+	require.Contains(t, ns[0].Text, "<result>unread</result>")
+	ns, err = b.m.Drain(ctx, "alpha", "chat-h", "")
+	require.NoError(t, err)
+	require.Empty(t, ns)
+	time.Sleep(300 * time.Millisecond)
+	require.Len(t, rr.all(), 1)
+}
+
+// A settle whose pump never ran (the process died between the two) is
+// moved on by the sweep: the resume still goes, once.
+func TestOutboxSurvivesACrashAfterSettle(t *testing.T) {
+	t.Parallel()
+	rr := &recordingResumer{}
+	b := setup(t, withResumer(rr))
+	b.registerAgent(t, nil)
+	ctx := context.Background()
+	j := b.spawn(t, echoSpawn("chat-c", "x", 0, false))
+	r := "done"
+	ok, err := b.m.store.settle(ctx, Tag("alpha", "chat-c"), j.ID, Outcome{Status: StatusCompleted, Result: &r}, time.Now())
+	require.NoError(t, err)
+	require.True(t, ok)
+	b.startWorker(t) // its reconciler sweeps outboxes at start
+	testenv.Eventually(t, 10*time.Second, "the resume", func() bool { return len(rr.all()) == 1 })
+	require.NoError(t, b.m.PumpAll(ctx))
+	time.Sleep(500 * time.Millisecond)
+	require.Len(t, rr.all(), 1)
+	require.Equal(t, "resume-"+j.ID, rr.all()[0].MessageID)
+}
