@@ -190,4 +190,3 @@ func (s *Store) createBatch(ctx context.Context, tag, id string, jobs []*Job, no
 	}
 	return nil
 }
-

@@ -56,19 +56,19 @@ type Deps struct {
 // Manager is the job API: spawn, read, cancel, ack, delete, drain, agents.
 // The HTTP handlers, the MCP tools and embedding programs all go through it.
 type Manager struct {
-	cfg   bgjobs.Config
-	rdb   redis.UniversalClient
-	store *Store
-	k     keys
-	aq    *asynq.Client
-	insp  *asynq.Inspector
-	kinds *Kinds
+	cfg     bgjobs.Config
+	rdb     redis.UniversalClient
+	store   *Store
+	k       keys
+	aq      *asynq.Client
+	insp    *asynq.Inspector
+	kinds   *Kinds
 	turns   TurnRunner
 	resumer Resumer
 	agents  *agentCache
 	sink    *sink
-	now   func() time.Time
-	log   *slog.Logger
+	now     func() time.Time
+	log     *slog.Logger
 }
 
 // NewManager returns a Manager on rdb. The caller owns rdb and closes it
@@ -91,14 +91,14 @@ func NewManager(rdb redis.UniversalClient, cfg bgjobs.Config, d Deps) *Manager {
 		store:   store,
 		resumer: d.Resumer,
 		agents:  &agentCache{store: store, ttl: 2 * time.Second, items: map[string]agentCacheItem{}},
-		sink:  newSink(rdb, d.Logger),
-		k:     keys{ns: cfg.Namespace},
-		aq:    asynq.NewClientFromRedisClient(rdb),
-		insp:  asynq.NewInspectorFromRedisClient(rdb),
-		kinds: d.Kinds,
-		turns: d.Turns,
-		now:   d.Now,
-		log:   d.Logger,
+		sink:    newSink(rdb, d.Logger),
+		k:       keys{ns: cfg.Namespace},
+		aq:      asynq.NewClientFromRedisClient(rdb),
+		insp:    asynq.NewInspectorFromRedisClient(rdb),
+		kinds:   d.Kinds,
+		turns:   d.Turns,
+		now:     d.Now,
+		log:     d.Logger,
 	}
 }
 
