@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -143,3 +144,127 @@ func TestKillNineWorkerLosesNothing(t *testing.T) {
 }
 
 func itoa(n int) string { return strconv.Itoa(n) }
+
+// privateManager is a Manager on a private redis-server.
+func privateManager(t *testing.T, srv *testenv.RedisServer) *tasks.Manager {
+	t.Helper()
+	rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:" + strconv.Itoa(srv.Port)})
+	t.Cleanup(func() { _ = rdb.Close() })
+	m := tasks.NewManager(rdb, bgjobs.Config{}.WithDefaults(), tasks.Deps{})
+	t.Cleanup(func() { _ = m.Close() })
+	return m
+}
+
+// 100 batches of 10 across three worker processes, one of them killed -9
+// in the middle: exactly 100 joins, none early, none twice.
+func TestBatchJoinsSurviveAKilledWorker(t *testing.T) {
+	if testing.Short() {
+		t.Skip("waits for asynq's lease recovery (about a minute)")
+	}
+	t.Parallel()
+	srv := testenv.StartRedisServer(t)
+	m := privateManager(t, srv)
+	ctx := context.Background()
+	hook, url := startWebhook(t, "k")
+	var early []string
+	hook.check = func(body map[string]any) {
+		bid, _ := body["batch_id"].(string)
+		b, err := m.GetBatch(ctx, "alpha", bid)
+		if err != nil || !b.Joined || b.Settled != b.Size {
+			early = append(early, bid)
+		}
+	}
+	require.NoError(t, m.PutAgent(ctx, &tasks.Agent{Name: "alpha", Resume: tasks.ResumeWebhook, WebhookURL: url, WebhookSecret: "k"}))
+
+	out := &lockedBuffer{}
+	workers := []*exec.Cmd{startWorker(t, srv.URL(), out), startWorker(t, srv.URL(), out), startWorker(t, srv.URL(), out)}
+	var batches []string
+	for b := range 100 {
+		specs := make([]tasks.SpawnRequest, 10)
+		for i := range specs {
+			args, _ := json.Marshal(tasks.EchoArgs{Text: "m", DelayMS: 500 + (b*10+i)%7*400})
+			specs[i] = tasks.SpawnRequest{Kind: tasks.KindWork, Description: "member", Work: &tasks.WorkSpec{Type: "echo", Args: args}}
+		}
+		res, err := m.SpawnBatch(ctx, "alpha", "chat-fan", specs)
+		require.NoError(t, err)
+		require.Len(t, res.Jobs, 10)
+		batches = append(batches, res.BatchID)
+	}
+	time.Sleep(1500 * time.Millisecond) // members are running on all three
+	require.NoError(t, workers[0].Process.Kill())
+	_ = workers[0].Wait()
+
+	joined := func() map[string]int {
+		c := map[string]int{}
+		for _, body := range hook.all() {
+			if bid, _ := body["batch_id"].(string); bid != "" && body["trigger"] == bid {
+				c[bid]++
+			}
+		}
+		return c
+	}
+	testenv.Eventually(t, 170*time.Second, "100 joins", func() bool { return len(joined()) == 100 })
+	time.Sleep(2 * time.Second)
+	got := joined()
+	require.Len(t, got, 100)
+	for _, bid := range batches {
+		require.Equal(t, 1, got[bid], "batch %s joined once", bid)
+		b, err := m.GetBatch(ctx, "alpha", bid)
+		require.NoError(t, err)
+		require.False(t, b.Partial)
+		require.Equal(t, 10, b.Settled)
+	}
+	require.Empty(t, early, "no join before every member settled")
+	require.Len(t, hook.all(), 100, "no per-member resumes")
+	ns, err := m.Drain(ctx, "alpha", "chat-fan", "")
+	require.NoError(t, err)
+	require.Len(t, ns, 1000)
+}
+
+// kill -9 between a settle and its resume's delivery: the agent's endpoint
+// is down, the resume waits in its retry queue, the worker dies; after a
+// restart the resume still arrives, once.
+func TestResumeSurvivesAKilledWorker(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts worker processes")
+	}
+	t.Parallel()
+	srv := testenv.StartRedisServer(t)
+	m := privateManager(t, srv)
+	ctx := context.Background()
+	hook, url := startWebhook(t, "k")
+	hook.setStatus(http.StatusServiceUnavailable)
+	require.NoError(t, m.PutAgent(ctx, &tasks.Agent{Name: "alpha", Resume: tasks.ResumeWebhook, WebhookURL: url, WebhookSecret: "k"}))
+	out := &lockedBuffer{}
+	w := startWorker(t, srv.URL(), out)
+	var ids []string
+	for range 5 {
+		j, _, err := m.Spawn(ctx, tasks.SpawnRequest{Agent: "alpha", OriginSession: "chat-r", Kind: tasks.KindWork,
+			Description: "x", Work: &tasks.WorkSpec{Type: "echo", Args: json.RawMessage(`{"text":"x"}`)}})
+		require.NoError(t, err)
+		ids = append(ids, j.ID)
+	}
+	testenv.Eventually(t, 10*time.Second, "all settled", func() bool {
+		for _, id := range ids {
+			j, err := m.Get(ctx, "alpha", id)
+			if err != nil || j.Status != tasks.StatusCompleted {
+				return false
+			}
+		}
+		return true
+	})
+	time.Sleep(500 * time.Millisecond) // first delivery attempts fail
+	require.NoError(t, w.Process.Kill())
+	_ = w.Wait()
+	hook.setStatus(0)
+	startWorker(t, srv.URL(), out)
+	testenv.Eventually(t, 60*time.Second, "five resumes", func() bool { return len(hook.all()) == 5 })
+	time.Sleep(2 * time.Second)
+	seen := map[string]int{}
+	for _, b := range hook.all() {
+		seen[b["trigger"].(string)]++
+	}
+	for _, id := range ids {
+		require.Equal(t, 1, seen[id], "resume for %s", id)
+	}
+}

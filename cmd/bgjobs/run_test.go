@@ -235,9 +235,21 @@ func TestLifecycleEndToEnd(t *testing.T) {
 	_, tj = c.do("GET", "/v1/jobs/"+turnID, nil)
 	require.Equal(t, true, tj["notified"])
 
-	msgs := parseReceived(t, agentLog.String())
-	require.Len(t, msgs, 1)
-	got := msgs[0]
+	// The agent saw the turn, then one resume per job in the origin session.
+	var turns, resumes []received
+	testenv.Eventually(t, 10*time.Second, "two resumes", func() bool {
+		turns, resumes = nil, nil
+		for _, r := range parseReceived(t, agentLog.String()) {
+			if strings.HasPrefix(r.ContextID, "background:") {
+				turns = append(turns, r)
+			} else {
+				resumes = append(resumes, r)
+			}
+		}
+		return len(resumes) == 2
+	})
+	require.Len(t, turns, 1)
+	got := turns[0]
 	require.Equal(t, "background:"+turnID, got.ContextID)
 	require.Equal(t, turnID, got.MessageID)
 	require.Equal(t, map[string]any{
@@ -245,6 +257,21 @@ func TestLifecycleEndToEnd(t *testing.T) {
 		"subagent_type": "researcher", "disposable": true,
 	}, got.Metadata)
 	require.Equal(t, "You are a research subagent.\n\nFind fuel figures for the fleet", got.Text)
+
+	byID := map[string]received{}
+	for _, r := range resumes {
+		byID[r.MessageID] = r
+	}
+	for _, id := range []string{turnID, workID} {
+		r, ok := byID["resume-"+id]
+		require.True(t, ok, "a resume for %s", id)
+		require.Equal(t, "chat-42", r.ContextID)
+		require.Equal(t, map[string]any{
+			"origin": "background", "kind": "background.resume", "trigger": id, "jobs": []any{id},
+			"batch_id": nil, "counts": map[string]any{"completed": 1.0, "failed": 0.0, "cancelled": 0.0}, "partial": false,
+		}, r.Metadata)
+		require.Contains(t, r.Text, "Drain")
+	}
 }
 
 // A task the agent fails fails the job with its message; a report that

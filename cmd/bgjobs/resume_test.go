@@ -1,0 +1,178 @@
+package main
+
+import (
+	"crypto/hmac"
+	"encoding/json"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/bgjobs/bgjobs/agents"
+	"github.com/bgjobs/bgjobs/internal/testenv"
+)
+
+// webhookRecorder is a test endpoint that keeps every resume it receives,
+// checking each signature.
+type webhookRecorder struct {
+	t      *testing.T
+	secret string
+	mu     sync.Mutex
+	got    []map[string]any
+	status int // answer with this while non-zero
+	check  func(body map[string]any)
+}
+
+func (w *webhookRecorder) ServeHTTP(rw http.ResponseWriter, r *http.Request) {
+	body, _ := io.ReadAll(r.Body)
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.status != 0 {
+		rw.WriteHeader(w.status)
+		return
+	}
+	sig := r.Header.Get(agents.SignatureHeader)
+	if !hmac.Equal([]byte(sig), []byte(agents.Sign(w.secret, body))) {
+		w.t.Errorf("bad signature %q", sig)
+	}
+	var m map[string]any
+	if err := json.Unmarshal(body, &m); err != nil {
+		w.t.Errorf("webhook body: %v", err)
+	}
+	if w.check != nil {
+		w.check(m)
+	}
+	w.got = append(w.got, m)
+}
+
+func (w *webhookRecorder) all() []map[string]any {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return append([]map[string]any(nil), w.got...)
+}
+
+func (w *webhookRecorder) setStatus(s int) {
+	w.mu.Lock()
+	w.status = s
+	w.mu.Unlock()
+}
+
+func startWebhook(t *testing.T, secret string) (*webhookRecorder, string) {
+	w := &webhookRecorder{t: t, secret: secret}
+	srv := httptest.NewServer(w)
+	t.Cleanup(srv.Close)
+	return w, srv.URL + "/hook"
+}
+
+func echoJob(session, text string, fail bool) map[string]any {
+	return map[string]any{"origin_session": session, "kind": "work", "description": "echo " + text,
+		"work": map[string]any{"type": "echo", "args": map[string]any{"text": text, "fail": fail}}}
+}
+
+// A webhook resume carries the documented object plus the session, signed
+// with the agent's secret; none goes out for a background origin, an
+// incognito job, or an agent with auto-resume off.
+func TestWebhookResume(t *testing.T) {
+	t.Parallel()
+	hook, url := startWebhook(t, "s3cret")
+	c := client{t: t, base: startServe(t, nil)}
+	code, _ := c.do("PUT", "/v1/agents/default", map[string]any{"resume": "webhook", "webhook_url": url, "webhook_secret": "s3cret"})
+	require.Equal(t, http.StatusOK, code)
+
+	_, j := c.do("POST", "/v1/jobs", echoJob("chat-7", "hi", false))
+	id := j["id"].(string)
+	testenv.Eventually(t, 10*time.Second, "the webhook", func() bool { return len(hook.all()) == 1 })
+	require.Equal(t, map[string]any{
+		"origin": "background", "kind": "background.resume", "trigger": id, "jobs": []any{id}, "batch_id": nil,
+		"counts": map[string]any{"completed": 1.0, "failed": 0.0, "cancelled": 0.0}, "partial": false, "session": "chat-7",
+	}, hook.all()[0])
+
+	_, bg := c.do("POST", "/v1/jobs", echoJob("background:bg-0123456789ab", "quiet", false))
+	incog := echoJob("chat-7", "secret", false)
+	incog["incognito"] = true
+	_, ij := c.do("POST", "/v1/jobs", incog)
+	c.waitStatus(bg["id"].(string), "completed")
+	c.waitStatus(ij["id"].(string), "completed")
+	code, _ = c.do("PUT", "/v1/agents/default", map[string]any{"resume": "webhook", "webhook_url": url, "webhook_secret": "s3cret", "auto_resume": false})
+	require.Equal(t, http.StatusOK, code)
+	time.Sleep(2500 * time.Millisecond) // agent configurations are cached for 2 s
+	_, off := c.do("POST", "/v1/jobs", echoJob("chat-7", "off", false))
+	c.waitStatus(off["id"].(string), "completed")
+	time.Sleep(time.Second)
+	require.Len(t, hook.all(), 1, "no resume for a background origin, an incognito job, or auto-resume off")
+}
+
+// Batches over HTTP: a bad spec is skipped and reported, the rest join in
+// one resume with per-status counts.
+func TestBatchOverHTTP(t *testing.T) {
+	t.Parallel()
+	hook, url := startWebhook(t, "k")
+	c := client{t: t, base: startServe(t, nil)}
+	code, _ := c.do("PUT", "/v1/agents/default", map[string]any{"resume": "webhook", "webhook_url": url, "webhook_secret": "k"})
+	require.Equal(t, http.StatusOK, code)
+	var specs []any
+	for i := range 7 {
+		s := echoJob("", "m", i == 4)
+		delete(s, "origin_session")
+		specs = append(specs, s)
+	}
+	specs = append(specs, map[string]any{"kind": "work", "work": map[string]any{"type": "nope"}}, map[string]any{"kind": 5})
+	code, res := c.do("POST", "/v1/batches", map[string]any{"origin_session": "chat-b", "jobs": specs})
+	require.Equal(t, http.StatusAccepted, code, "%v", res)
+	require.Regexp(t, `^bt-[0-9a-f]{12}$`, res["batch_id"])
+	require.Len(t, res["jobs"], 7)
+	skipped := res["skipped"].([]any)
+	require.Len(t, skipped, 2)
+	require.Equal(t, 7.0, skipped[0].(map[string]any)["index"])
+	require.Equal(t, "work.type", skipped[0].(map[string]any)["error"].(map[string]any)["field"])
+	require.Equal(t, "kind", skipped[1].(map[string]any)["error"].(map[string]any)["field"])
+
+	bid := res["batch_id"].(string)
+	testenv.Eventually(t, 10*time.Second, "the join", func() bool { return len(hook.all()) >= 1 })
+	time.Sleep(500 * time.Millisecond)
+	require.Len(t, hook.all(), 1)
+	got := hook.all()[0]
+	require.Equal(t, bid, got["trigger"])
+	require.Equal(t, bid, got["batch_id"])
+	require.Equal(t, map[string]any{"completed": 6.0, "failed": 1.0, "cancelled": 0.0}, got["counts"])
+
+	code, b := c.do("GET", "/v1/batches/"+bid, nil)
+	require.Equal(t, http.StatusOK, code)
+	require.Equal(t, true, b["joined"])
+	require.Equal(t, false, b["partial"])
+	require.Equal(t, 7.0, b["size"])
+	require.Equal(t, 7.0, b["settled"])
+	require.NotNil(t, b["joined_at"])
+
+	code, e := c.do("POST", "/v1/batches", map[string]any{"origin_session": "chat-b", "jobs": []any{map[string]any{"kind": "work"}}})
+	require.Equal(t, http.StatusBadRequest, code, "all bad: %v", e)
+	code, _ = c.do("GET", "/v1/batches/bt-000000000000", nil)
+	require.Equal(t, http.StatusNotFound, code)
+}
+
+func TestBusyAndIdleOverHTTP(t *testing.T) {
+	t.Parallel()
+	hook, url := startWebhook(t, "k")
+	c := client{t: t, base: startServe(t, nil)}
+	code, _ := c.do("PUT", "/v1/agents/default", map[string]any{"resume": "webhook", "webhook_url": url, "webhook_secret": "k"})
+	require.Equal(t, http.StatusOK, code)
+	code, busy := c.do("POST", "/v1/sessions/chat-9/busy", map[string]any{"ttl_s": 600})
+	require.Equal(t, http.StatusOK, code)
+	require.Equal(t, map[string]any{"session": "chat-9", "busy": true}, busy)
+	_, j := c.do("POST", "/v1/jobs", echoJob("chat-9", "x", false))
+	c.waitStatus(j["id"].(string), "completed")
+	time.Sleep(700 * time.Millisecond)
+	require.Empty(t, hook.all())
+	code, idle := c.do("POST", "/v1/sessions/chat-9/idle", nil)
+	require.Equal(t, http.StatusOK, code)
+	require.Equal(t, false, idle["busy"])
+	testenv.Eventually(t, 5*time.Second, "one resume", func() bool { return len(hook.all()) == 1 })
+
+	code, e := c.do("POST", "/v1/sessions/chat-9/busy", map[string]any{"ttl_s": -3})
+	require.Equal(t, http.StatusBadRequest, code)
+	require.Equal(t, "ttl_s", e["error"].(map[string]any)["field"])
+}
