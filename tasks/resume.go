@@ -127,6 +127,21 @@ func (m *Manager) pump(ctx context.Context, tag string) error {
 	return first
 }
 
+// pumpEntry moves on one outbox entry its caller just recorded at score
+// at, without reading the rest of the session's outbox: concurrent settles
+// of one session each carry their own.
+func (m *Manager) pumpEntry(ctx context.Context, tag, entry string, at int64) error {
+	ctx = context.WithoutCancel(ctx)
+	if err := m.follow(ctx, tag, entry, at); err != nil {
+		return err
+	}
+	var cmd *redis.IntCmd
+	if err := m.store.ap.do(ctx, func(ctx context.Context, p redis.Pipeliner) { cmd = p.ZRem(ctx, m.k.outbox(tag), entry) }); err != nil {
+		return err
+	}
+	return cmd.Err()
+}
+
 func cmpOrErr(a, b error) error {
 	if a != nil {
 		return a
@@ -140,12 +155,12 @@ func (m *Manager) follow(ctx context.Context, tag, entry string, at int64) error
 	agent, session := splitTag(tag)
 	switch kind {
 	case "r":
-		j, err := m.store.load(ctx, tag, ref)
-		if err != nil || j == nil {
-			return err
-		}
-		if !m.mayResume(ctx, agent, session) || j.Incognito {
+		if !m.mayResume(ctx, agent, session) {
 			return nil
+		}
+		j, err := m.store.load(ctx, tag, ref)
+		if err != nil || j == nil || j.Incognito {
+			return err
 		}
 		meta := ResumeMeta{Trigger: j.ID, Jobs: []string{j.ID}, BatchID: j.BatchID}
 		meta.Counts.add(j.Status, 1)
@@ -315,7 +330,7 @@ func (m *Manager) ProcessStraggler(ctx context.Context, t *asynq.Task) error {
 	}
 	if n == 1 {
 		m.log.Info("batch joined partially on its straggler timeout", slog.String("batch_id", p.BatchID))
-		return m.pump(ctx, tag)
+		return m.pumpEntry(ctx, tag, "j|"+p.BatchID, 0)
 	}
 	return nil
 }

@@ -321,7 +321,7 @@ func TestOutboxSurvivesACrashAfterSettle(t *testing.T) {
 	ctx := context.Background()
 	j := b.spawn(t, echoSpawn("chat-c", "x", 0, false))
 	r := "done"
-	ok, err := b.m.store.settle(ctx, Tag("alpha", "chat-c"), j.ID, Outcome{Status: StatusCompleted, Result: &r}, time.Now())
+	ok, _, err := b.m.store.settle(ctx, Tag("alpha", "chat-c"), j.ID, Outcome{Status: StatusCompleted, Result: &r}, time.Now(), true)
 	require.NoError(t, err)
 	require.True(t, ok)
 	b.startWorker(t) // its reconciler sweeps outboxes at start

@@ -70,13 +70,17 @@ return 1
 // ARGV[6] -> now (ms)
 // ARGV[7] -> retention (s), applied when the job was already notified
 // ARGV[8] -> session key prefix, "<ns>:{<tag>}:", for the batch's keys
+// ARGV[9] -> "1" if this job may be announced on its own (its agent takes
+//            resumes, its origin is not a background worker, it is not
+//            incognito); "0" records no r| entry
 //
-// Returns 1 if this call settled the job, 0 if it was already terminal (a
-// no-op), -1 if there is no such row.
+// Returns {1, entry} if this call settled the job (entry is the outbox
+// member it recorded, or "" if none), {0, ""} if it was already terminal (a
+// no-op), {-1, ""} if there is no such row.
 var settleCmd = redis.NewScript(luaTerminal + `
 local st = redis.call('HGET', KEYS[1], 'status')
-if not st then return -1 end
-if terminal(st) then return 0 end
+if not st then return {-1, ''} end
+if terminal(st) then return {0, ''} end
 redis.call('HSET', KEYS[1], 'status', ARGV[1], 'has_result', ARGV[2], 'result', ARGV[3],
   'has_error', ARGV[4], 'error', ARGV[5], 'completed_at', ARGV[6])
 local id = redis.call('HGET', KEYS[1], 'id')
@@ -87,24 +91,27 @@ else
 end
 local bid = redis.call('HGET', KEYS[1], 'batch_id')
 if not bid or bid == '' then
+  if ARGV[9] ~= '1' then return {1, ''} end
   redis.call('ZADD', KEYS[3], ARGV[6], 'r|' .. id)
-  return 1
+  return {1, 'r|' .. id}
 end
 local bkey = ARGV[8] .. 'batch:' .. bid
 local settled = redis.call('HINCRBY', bkey, 'settled', 1)
 redis.call('HINCRBY', bkey, ARGV[1], 1)
 local size = tonumber(redis.call('HGET', bkey, 'size'))
+local entry = ''
 if redis.call('EXISTS', bkey .. ':claim') == 1 then
-  redis.call('ZADD', KEYS[3], ARGV[6], 'r|' .. id)
+  if ARGV[9] == '1' then entry = 'r|' .. id end
 elseif settled >= size then
   if redis.call('SET', bkey .. ':claim', 'full', 'NX') then
     redis.call('HSET', bkey, 'joined_at', ARGV[6], 'partial', '0')
-    redis.call('ZADD', KEYS[3], ARGV[6], 'j|' .. bid)
+    entry = 'j|' .. bid
   end
 elseif settled == 1 then
-  redis.call('ZADD', KEYS[3], ARGV[6], 's|' .. bid)
+  entry = 's|' .. bid
 end
-return 1
+if entry ~= '' then redis.call('ZADD', KEYS[3], ARGV[6], entry) end
+return {1, entry}
 `)
 
 // forceJoinCmd is the straggler timer firing: the same claim as a full join,
@@ -117,6 +124,7 @@ return 1
 // ARGV[2] -> now (ms)
 //
 // Returns 1 if this call joined the batch (partially), 0 if it had joined.
+// The outbox entry it records is j|<batch id>.
 var forceJoinCmd = redis.NewScript(`
 if not redis.call('SET', KEYS[2], 'partial', 'NX') then return 0 end
 redis.call('HSET', KEYS[1], 'joined_at', ARGV[2], 'partial', '1')

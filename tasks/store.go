@@ -176,8 +176,9 @@ type Outcome struct {
 	Error  *string
 }
 
-// settle runs settleCmd and reports whether this call ended the job.
-func (s *Store) settle(ctx context.Context, tag, id string, o Outcome, now time.Time) (bool, error) {
+// settle runs settleCmd. It reports whether this call ended the job and
+// the outbox entry the settle recorded ("" if none).
+func (s *Store) settle(ctx context.Context, tag, id string, o Outcome, now time.Time, announce bool) (bool, string, error) {
 	var res, errText string
 	if o.Result != nil {
 		res = *o.Result
@@ -185,13 +186,18 @@ func (s *Store) settle(ctx context.Context, tag, id string, o Outcome, now time.
 	if o.Error != nil {
 		errText = *o.Error
 	}
-	n, err := s.ap.script(ctx, settleCmd, []string{s.k.job(tag, id), s.k.pending(tag), s.k.outbox(tag)},
+	reply, err := s.ap.script(ctx, settleCmd, []string{s.k.job(tag, id), s.k.pending(tag), s.k.outbox(tag)},
 		string(o.Status), boolStr(o.Result != nil), res, boolStr(o.Error != nil), errText,
-		ms(now), int64(s.retention.Seconds()), s.k.sessionPrefix(tag)).Int64()
+		ms(now), int64(s.retention.Seconds()), s.k.sessionPrefix(tag), boolStr(announce)).Slice()
 	if err != nil {
-		return false, unavailable("settle job", err)
+		return false, "", unavailable("settle job", err)
 	}
-	return n == 1, nil
+	if len(reply) != 2 {
+		return false, "", fmt.Errorf("settle: unexpected reply %v", reply)
+	}
+	code, _ := reply[0].(int64)
+	entry, _ := reply[1].(string)
+	return code == 1, entry, nil
 }
 
 // drainRow is one job handed over by drainCmd.

@@ -19,7 +19,8 @@ import (
 func (m *Manager) settle(ctx context.Context, j *Job, o Outcome) (bool, error) {
 	ctx = context.WithoutCancel(ctx) // a settle must not be lost to a cancelled caller
 	now := m.now()
-	ok, err := m.store.settle(ctx, Tag(j.Agent, j.OriginSession), j.ID, o, now)
+	announce := !j.Incognito && m.mayResume(ctx, j.Agent, j.OriginSession)
+	ok, entry, err := m.store.settle(ctx, Tag(j.Agent, j.OriginSession), j.ID, o, now, announce)
 	if err != nil || !ok {
 		return ok, err
 	}
@@ -34,10 +35,12 @@ func (m *Manager) settle(ctx context.Context, j *Job, o Outcome) (bool, error) {
 	m.publish(e)
 	active, id := m.k.active(), j.ID
 	m.sink.add(func(ctx context.Context, p redis.Pipeliner) { p.ZRem(ctx, active, id) })
-	// The settle recorded its follow-ups in the outbox; move them on now.
-	// A failure here is retried by the reconciler's sweep.
-	if err := m.pump(ctx, Tag(j.Agent, j.OriginSession)); err != nil {
-		m.log.Warn("pump after settle", slog.String("job_id", j.ID), slog.Any("err", err))
+	// The settle recorded its follow-up in the outbox; move it on now. A
+	// failure here is retried by the reconciler's sweep.
+	if entry != "" {
+		if err := m.pumpEntry(ctx, Tag(j.Agent, j.OriginSession), entry, now.UnixMilli()); err != nil {
+			m.log.Warn("follow-up after settle", slog.String("job_id", j.ID), slog.Any("err", err))
+		}
 	}
 	m.log.Info("job settled", slog.String("job_id", j.ID), slog.String("agent", j.Agent), slog.String("status", string(o.Status)))
 	return true, nil
@@ -208,6 +211,9 @@ const (
 	// followConcurrency is how many resumes and timers one process
 	// delivers at once.
 	followConcurrency = 10
+	// followPollInterval bounds how long an idle process takes to pick up
+	// a resume: a nudge is worth its ~200 cheap polls a second.
+	followPollInterval = 5 * time.Millisecond
 	workersPerFetcher = 16
 	maxFetchers       = 4
 )
@@ -243,6 +249,7 @@ func (m *Manager) NewWorker() *Worker {
 	turns.Queues = map[string]int{m.Queue(QueueTurns): 1}
 	follow := base
 	follow.Concurrency = followConcurrency
+	follow.TaskCheckInterval = followPollInterval
 	follow.Queues = map[string]int{m.Queue(QueueResume): 2, m.Queue(QueueControl): 1}
 	configs := []asynq.Config{turns, follow}
 	// An asynq server fetches one task per round trip from a single loop,

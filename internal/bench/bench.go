@@ -43,6 +43,8 @@ type Options struct {
 	Clients int
 	// Poll is the idle worker poll interval of both phases.
 	Poll time.Duration
+	// Samples is how many resumes the latency phase times per target.
+	Samples int
 }
 
 // LocalRedisDefault is where `make bench` measures unless told otherwise.
@@ -71,7 +73,10 @@ func Run(ctx context.Context, o Options, out io.Writer) error {
 	fmt.Fprintf(out, "%-58s %9.0f jobs/s  (%.2fs)\n", "raw asynq   (enqueue → no-op handler)", rawRate, raw.Seconds())
 	fmt.Fprintf(out, "%-58s %9.0f jobs/s  (%.2fs)\n", "bgjobs      (HTTP spawn → worker → settle → drain)", e2eRate, e2e.Seconds())
 	fmt.Fprintf(out, "ratio bgjobs/asynq: %.2f (goal ≥ 0.50)\n", e2eRate/rawRate)
-	return nil
+	if o.Samples == 0 {
+		return nil
+	}
+	return Resume(ctx, o, out)
 }
 
 func connect(ctx context.Context, url string) (redis.UniversalClient, string, func(), error) {

@@ -1,0 +1,247 @@
+package bench
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/a2aproject/a2a-go/a2a"
+	"github.com/a2aproject/a2a-go/a2asrv"
+	"github.com/a2aproject/a2a-go/a2asrv/eventqueue"
+
+	"github.com/bgjobs/bgjobs"
+	"github.com/bgjobs/bgjobs/agents"
+	"github.com/bgjobs/bgjobs/handlers"
+	"github.com/bgjobs/bgjobs/internal/redisns"
+	"github.com/bgjobs/bgjobs/tasks"
+)
+
+// arrivals records when each resume reached the test agent, by trigger.
+type arrivals struct {
+	mu sync.Mutex
+	at map[string]time.Time
+}
+
+func (a *arrivals) mark(trigger string) {
+	a.mu.Lock()
+	if _, ok := a.at[trigger]; !ok {
+		a.at[trigger] = time.Now()
+	}
+	a.mu.Unlock()
+}
+
+func (a *arrivals) get(trigger string) (time.Time, bool) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	t, ok := a.at[trigger]
+	return t, ok
+}
+
+// a2aReceiver is an A2A agent that only notes resumes.
+type a2aReceiver struct{ arr *arrivals }
+
+func (r a2aReceiver) Execute(ctx context.Context, rc *a2asrv.RequestContext, q eventqueue.Queue) error {
+	if rc.Message != nil {
+		if tr, _ := rc.Message.Metadata["trigger"].(string); tr != "" {
+			r.arr.mark(tr)
+		}
+	}
+	return q.Write(ctx, a2a.NewMessage(a2a.MessageRoleAgent, a2a.TextPart{Text: "ok"}))
+}
+
+func (a2aReceiver) Cancel(context.Context, *a2asrv.RequestContext, eventqueue.Queue) error { return nil }
+
+func serve(h http.Handler) (string, func(), error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", nil, err
+	}
+	srv := &http.Server{Handler: h}
+	go func() { _ = srv.Serve(ln) }()
+	return "http://" + ln.Addr().String(), func() { _ = srv.Close() }, nil
+}
+
+// Resume measures completion → resume received, to an A2A agent and to a
+// webhook, on an otherwise idle system; then a 1,000-member fan-out spawned
+// in one call and the time from its last settle to its join resume.
+func Resume(ctx context.Context, o Options, out io.Writer) error {
+	rdb, where, closeRedis, err := connect(ctx, o.RedisURL)
+	if err != nil {
+		return err
+	}
+	defer closeRedis()
+	ns := namespace()
+	defer redisns.DropNamespace(context.Background(), rdb, ns)
+	cfg := bgjobs.Config{Namespace: ns, WorkConcurrency: o.Concurrency, PollInterval: o.Poll}.WithDefaults()
+	runner := agents.NewA2A()
+	m := tasks.NewManager(rdb, cfg, tasks.Deps{Logger: quiet, Resumer: runner, Turns: runner})
+	defer m.Close()
+	w := m.NewWorker()
+	if err := w.Start(ctx); err != nil {
+		return err
+	}
+	defer w.Shutdown()
+	api, stopAPI, err := serve(handlers.NewServer(cfg, m, quiet))
+	if err != nil {
+		return err
+	}
+	defer stopAPI()
+
+	arr := &arrivals{at: map[string]time.Time{}}
+	a2aURL, stopA2A, err := serve(a2asrv.NewJSONRPCHandler(a2asrv.NewHandler(a2aReceiver{arr})))
+	if err != nil {
+		return err
+	}
+	defer stopA2A()
+	hookURL, stopHook, err := serve(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var body struct {
+			Trigger string `json:"trigger"`
+		}
+		_ = json.NewDecoder(r.Body).Decode(&body)
+		arr.mark(body.Trigger)
+	}))
+	if err != nil {
+		return err
+	}
+	defer stopHook()
+
+	fmt.Fprintf(out, "\nresume latency (completion → resume received), %d jobs each, one at a time, redis %s\n", o.Samples, where)
+	for _, target := range []struct {
+		name  string
+		agent *tasks.Agent
+	}{
+		{"A2A agent", &tasks.Agent{Name: "a2a", A2AURL: a2aURL}},
+		{"webhook", &tasks.Agent{Name: "hook", Resume: tasks.ResumeWebhook, WebhookURL: hookURL, WebhookSecret: "k"}},
+	} {
+		if err := m.PutAgent(ctx, target.agent); err != nil {
+			return err
+		}
+		lat, err := resumeLatencies(ctx, m, target.agent.Name, arr, o.Samples)
+		if err != nil {
+			return fmt.Errorf("%s: %w", target.name, err)
+		}
+		fmt.Fprintf(out, "  %-10s p50 %6.1f ms   p99 %6.1f ms   (goal p50 ≤ 20 ms, p99 ≤ 100 ms)\n",
+			target.name, ms(percentile(lat, 0.50)), ms(percentile(lat, 0.99)))
+	}
+	return fanOutJoin(ctx, m, api, arr, out)
+}
+
+func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
+
+func percentile(ds []time.Duration, p float64) time.Duration {
+	s := slices.Clone(ds)
+	slices.Sort(s)
+	return s[min(len(s)-1, int(float64(len(s))*p))]
+}
+
+func resumeLatencies(ctx context.Context, m *tasks.Manager, agent string, arr *arrivals, n int) ([]time.Duration, error) {
+	var lat []time.Duration
+	for i := range n {
+		j, _, err := m.Spawn(ctx, tasks.SpawnRequest{Agent: agent, OriginSession: fmt.Sprintf("lat-%d", i), Kind: tasks.KindWork,
+			Description: "lat", Work: &tasks.WorkSpec{Type: "echo", Args: json.RawMessage(`{"text":"x"}`)}})
+		if err != nil {
+			return nil, err
+		}
+		deadline := time.Now().Add(10 * time.Second)
+		var got time.Time
+		for {
+			if t, ok := arr.get(j.ID); ok {
+				got = t
+				break
+			}
+			if time.Now().After(deadline) {
+				return nil, fmt.Errorf("no resume for %s within 10s", j.ID)
+			}
+			time.Sleep(200 * time.Microsecond)
+		}
+		row, err := m.Get(ctx, agent, j.ID)
+		if err != nil {
+			return nil, err
+		}
+		if row.CompletedAt == nil {
+			return nil, fmt.Errorf("%s has no completion time", j.ID)
+		}
+		// completed_at has millisecond precision: ±0.5 ms on each sample.
+		lat = append(lat, got.Sub(*row.CompletedAt))
+		time.Sleep(20 * time.Millisecond) // an idle system between samples
+	}
+	return lat, nil
+}
+
+// fanOutJoin spawns 1,000 members in one HTTP call and measures the call and
+// the time from the last member's settle to the join resume.
+func fanOutJoin(ctx context.Context, m *tasks.Manager, api string, arr *arrivals, out io.Writer) error {
+	const size = tasks.BatchMax
+	// Open mode: the API acts as agent "default"; it resumes by webhook.
+	hook, err := m.GetAgent(ctx, "hook")
+	if err != nil {
+		return err
+	}
+	def := *hook
+	def.Name = handlers.OpenAgent
+	if err := m.PutAgent(ctx, &def); err != nil {
+		return err
+	}
+	var b strings.Builder
+	b.WriteString(`{"origin_session":"fan","jobs":[`)
+	for i := range size {
+		if i > 0 {
+			b.WriteString(",")
+		}
+		b.WriteString(`{"kind":"work","description":"member","work":{"type":"echo","args":{"text":"m"}}}`)
+	}
+	b.WriteString("]}")
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, api+"/v1/batches", bytes.NewReader([]byte(b.String())))
+	if err != nil {
+		return err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	start := time.Now()
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return err
+	}
+	raw, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	took := time.Since(start)
+	if resp.StatusCode != http.StatusAccepted {
+		return fmt.Errorf("batch: %d %s", resp.StatusCode, raw)
+	}
+	var res tasks.BatchResult
+	if err := json.Unmarshal(raw, &res); err != nil {
+		return err
+	}
+	deadline := time.Now().Add(2 * time.Minute)
+	var joinAt time.Time
+	for {
+		if t, ok := arr.get(res.BatchID); ok {
+			joinAt = t
+			break
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("no join resume for %s", res.BatchID)
+		}
+		time.Sleep(time.Millisecond)
+	}
+	var last time.Time
+	for _, mem := range res.Jobs {
+		j, err := m.Get(ctx, handlers.OpenAgent, mem.ID)
+		if err != nil {
+			return err
+		}
+		if j.CompletedAt != nil && j.CompletedAt.After(last) {
+			last = *j.CompletedAt
+		}
+	}
+	fmt.Fprintf(out, "\nfan-out of %d members\n  spawned in one call: %6.1f ms (goal ≤ 250 ms)\n  last settle → join resume received: %6.1f ms\n",
+		size, ms(took), ms(joinAt.Sub(last)))
+	return nil
+}
