@@ -71,8 +71,9 @@ return 1
 // ARGV[7] -> retention (s), applied when the job was already notified
 // ARGV[8] -> session key prefix, "<ns>:{<tag>}:", for the batch's keys
 // ARGV[9] -> "1" if this job may be announced on its own (its agent takes
-//            resumes, its origin is not a background worker, it is not
-//            incognito); "0" records no r| entry
+//
+//	resumes, its origin is not a background worker, it is not
+//	incognito); "0" records no r| entry
 //
 // Returns {1, entry} if this call settled the job (entry is the outbox
 // member it recorded, or "" if none), {0, ""} if it was already terminal (a

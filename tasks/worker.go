@@ -214,8 +214,8 @@ const (
 	// followPollInterval bounds how long an idle process takes to pick up
 	// a resume: a nudge is worth its ~200 cheap polls a second.
 	followPollInterval = 5 * time.Millisecond
-	workersPerFetcher = 16
-	maxFetchers       = 4
+	workersPerFetcher  = 16
+	maxFetchers        = 4
 )
 
 // Worker runs the asynq servers of one process: work jobs and turns each

@@ -57,7 +57,9 @@ func (r a2aReceiver) Execute(ctx context.Context, rc *a2asrv.RequestContext, q e
 	return q.Write(ctx, a2a.NewMessage(a2a.MessageRoleAgent, a2a.TextPart{Text: "ok"}))
 }
 
-func (a2aReceiver) Cancel(context.Context, *a2asrv.RequestContext, eventqueue.Queue) error { return nil }
+func (a2aReceiver) Cancel(context.Context, *a2asrv.RequestContext, eventqueue.Queue) error {
+	return nil
+}
 
 func serve(h http.Handler) (string, func(), error) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
