@@ -550,3 +550,36 @@ func TestCutReportEndsAtABoundary(t *testing.T) {
 		})
 	}
 }
+
+// Every transition is published on the agent's channel, in order.
+func TestEventsArePublished(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	sub := b.m.Subscribe(ctx, "alpha")
+	defer sub.Close()
+	_, err := sub.Receive(ctx) // the subscription is live
+	require.NoError(t, err)
+	b.startWorker(t)
+	j := b.spawn(t, echoSpawn("chat-1", "hello", 0, false))
+	var got []Event
+	ch := sub.Channel()
+	timeout := time.After(10 * time.Second)
+	for len(got) < 3 {
+		select {
+		case msg := <-ch:
+			var e Event
+			require.NoError(t, json.Unmarshal([]byte(msg.Payload), &e))
+			require.Equal(t, j.ID, e.JobID)
+			got = append(got, e)
+		case <-timeout:
+			t.Fatalf("got %d events", len(got))
+		}
+	}
+	require.Equal(t, []string{EventStarted, EventRunning, EventCompleted}, []string{got[0].Type, got[1].Type, got[2].Type})
+	require.Equal(t, StatusCompleted, got[2].Status)
+	require.Equal(t, "hello", got[2].Result)
+	n, err := b.m.rdb.XLen(ctx, b.m.k.eventStream("alpha")).Result()
+	require.NoError(t, err)
+	require.Equal(t, int64(3), n, "and kept in the capped stream for reconnecting readers")
+}
