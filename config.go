@@ -75,6 +75,10 @@ type Config struct {
 	// deployments (or tests) can share one Redis database. Defaults to
 	// NamespaceDefault.
 	Namespace string
+	// FetchAllow lists hosts (host or host:port) the ingest fetcher may
+	// reach even in loopback or private space (BGJOBS_FETCH_ALLOW, comma
+	// separated). Empty: public addresses only.
+	FetchAllow []string
 	// PollInterval is how often an idle asynq worker looks for a task; it
 	// bounds pickup latency on an idle system. Defaults to
 	// PollIntervalDefault.
@@ -152,6 +156,11 @@ func Load(getenv func(string) string) (Config, error) {
 		DataDir:   getenv("BGJOBS_DATA_DIR"),
 		AdminKey:  getenv("BGJOBS_ADMIN_KEY"),
 		Namespace: getenv("BGJOBS_NAMESPACE"),
+	}
+	for h := range strings.SplitSeq(getenv("BGJOBS_FETCH_ALLOW"), ",") {
+		if h = strings.TrimSpace(h); h != "" {
+			c.FetchAllow = append(c.FetchAllow, h)
+		}
 	}
 	keys, err := parseAPIKeys(getenv("BGJOBS_API_KEYS"))
 	if err != nil {

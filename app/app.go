@@ -8,11 +8,13 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"os"
 	"time"
 
 	"github.com/bgjobs/bgjobs"
 	"github.com/bgjobs/bgjobs/agents"
 	"github.com/bgjobs/bgjobs/handlers"
+	"github.com/bgjobs/bgjobs/search"
 	"github.com/bgjobs/bgjobs/tasks"
 )
 
@@ -59,9 +61,21 @@ func Run(ctx context.Context, cfg bgjobs.Config, mode Mode, stdout io.Writer, op
 	}
 	log.Info("starting", slog.String("mode", map[Mode]string{ModeServe: "serve", ModeWorker: "worker"}[mode]), slog.String("config", cfg.String()))
 
+	kinds := opts.Kinds
+	if kinds == nil {
+		kinds = tasks.NewKinds()
+	}
 	runner := agents.NewA2A()
-	m := tasks.NewManager(conn.rdb, cfg, tasks.Deps{Kinds: opts.Kinds, Turns: runner, Resumer: runner, Logger: log})
+	m := tasks.NewManager(conn.rdb, cfg, tasks.Deps{Kinds: kinds, Turns: runner, Resumer: runner, Logger: log})
 	defer m.Close()
+	kinds.Register(agents.IngestKind(agents.SafeClient(time.Minute, cfg.FetchAllow), m.AppendDocs))
+	kinds.Register(runner.DelegateKind(func(ctx context.Context, name string) (*tasks.Agent, error) {
+		a, err := m.GetAgent(ctx, name)
+		if bgjobs.ErrorCode(err) == bgjobs.ENotFound {
+			return nil, nil
+		}
+		return a, err
+	}))
 	w := m.NewWorker()
 	if err := w.Start(ctx); err != nil {
 		return fmt.Errorf("start workers: %w", err)
@@ -75,12 +89,18 @@ func Run(ctx context.Context, cfg bgjobs.Config, mode Mode, stdout io.Writer, op
 		return nil
 	}
 
+	mem, stopMemory, err := startMemory(ctx, cfg, conn, m, log)
+	if err != nil {
+		return err
+	}
+	defer stopMemory()
+
 	ln, err := net.Listen("tcp", cfg.Addr)
 	if err != nil {
 		return fmt.Errorf("listen on %s: %w", cfg.Addr, err)
 	}
 	srv := &http.Server{
-		Handler:           handlers.NewServer(cfg, m, log),
+		Handler:           handlers.NewServer(cfg, m, mem, log),
 		ReadHeaderTimeout: 10 * time.Second,
 	}
 	errc := make(chan error, 1)
@@ -98,5 +118,68 @@ func Run(ctx context.Context, cfg bgjobs.Config, mode Mode, stdout io.Writer, op
 	if err := srv.Shutdown(shutCtx); err != nil && !errors.Is(err, context.DeadlineExceeded) {
 		return err
 	}
+	return nil
+}
+
+// memory is the search index with its writer, as the API uses them.
+type memory struct {
+	*search.Index
+	*search.Writer
+}
+
+// startMemory opens (or rebuilds) the index under the data directory and
+// starts its writer.
+func startMemory(ctx context.Context, cfg bgjobs.Config, conn *redisConn, m *tasks.Manager, log *slog.Logger) (handlers.Memory, func(), error) {
+	dir := cfg.DataDir
+	if conn.embedded != nil {
+		// The embedded Redis, and so the reports stream, dies with the
+		// process: an index kept on disk would outlive what it indexes.
+		tmp, err := os.MkdirTemp("", "bgjobs-index")
+		if err != nil {
+			return nil, nil, err
+		}
+		dir = tmp
+	}
+	idx, rebuilt, err := search.Open(dir, log)
+	if err != nil {
+		return nil, nil, err
+	}
+	if rebuilt {
+		log.Info("search index is new; indexing the reports stream from its start", slog.String("dir", dir))
+	}
+	w := &search.Writer{RDB: conn.rdb, Stream: m.ReportsStream(), AliveKey: m.IndexerAliveKey(), Index: idx,
+		OnIndexed: m.MarkIndexed, Log: log}
+	if err := w.Start(ctx); err != nil {
+		_ = idx.Close()
+		return nil, nil, err
+	}
+	return memory{idx, w}, func() {
+		w.Stop()
+		_ = idx.Close()
+		if conn.embedded != nil {
+			_ = os.RemoveAll(dir)
+		}
+	}, nil
+}
+
+// Reindex rebuilds the search index under cfg.DataDir from the reports
+// stream. The serving process must be stopped first.
+func Reindex(ctx context.Context, cfg bgjobs.Config, stdout io.Writer) error {
+	cfg = cfg.WithDefaults()
+	if cfg.RedisURL == "" {
+		return bgjobs.FieldError("REDIS_URL", "reindex reads the reports stream of a shared Redis; set REDIS_URL")
+	}
+	conn, err := openRedis(ctx, cfg.RedisURL)
+	if err != nil {
+		return err
+	}
+	defer conn.close()
+	m := tasks.NewManager(conn.rdb, cfg, tasks.Deps{Logger: slog.New(slog.DiscardHandler)})
+	defer m.Close()
+	n, err := search.Rebuild(ctx, cfg.DataDir, conn.rdb, m.ReportsStream(), slog.New(slog.NewTextHandler(stdout, nil)))
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "bgjobs: rebuilt the search index in %s: %d documents\n", cfg.DataDir, n)
 	return nil
 }

@@ -1,6 +1,7 @@
 package handlers
 
 import (
+	"encoding/json"
 	"net/http"
 	"strconv"
 
@@ -163,4 +164,9 @@ func handleDeleteJob(m *tasks.Manager) echo.HandlerFunc {
 		}
 		return c.NoContent(http.StatusNoContent)
 	}
+}
+
+func mustJSON(v any) []byte {
+	b, _ := json.Marshal(v)
+	return b
 }

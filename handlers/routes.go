@@ -12,19 +12,21 @@ import (
 )
 
 // NewServer returns the HTTP API with every route registered.
-func NewServer(cfg bgjobs.Config, m *tasks.Manager, log *slog.Logger) http.Handler {
+// mem may be nil in a process that serves no search index: recall and
+// knowledge then answer 503.
+func NewServer(cfg bgjobs.Config, m *tasks.Manager, mem Memory, log *slog.Logger) http.Handler {
 	e := echo.New()
 	e.HideBanner, e.HidePort = true, true
 	e.HTTPErrorHandler = errorHandler(log)
 	e.JSONSerializer = jsonSerializer{}
 	e.Use(middleware.Recover())
 	e.Use(requestLog(log))
-	addRoutes(e, m, newAuthenticator(cfg))
+	addRoutes(e, m, mem, newAuthenticator(cfg))
 	return e
 }
 
 // addRoutes is the whole URL space of the API, in one place.
-func addRoutes(e *echo.Echo, m *tasks.Manager, auth *authenticator) {
+func addRoutes(e *echo.Echo, m *tasks.Manager, mem Memory, auth *authenticator) {
 	e.GET("/healthz", handleHealthz())
 	e.GET("/readyz", handleReadyz(m))
 
@@ -41,6 +43,9 @@ func addRoutes(e *echo.Echo, m *tasks.Manager, auth *authenticator) {
 
 	v1.POST("/batches", handleSpawnBatch(m))
 	v1.GET("/batches/:id", handleGetBatch(m))
+
+	v1.GET("/recall", handleRecall(mem))
+	v1.POST("/knowledge", handleKnowledge(m, mem))
 
 	// Session ids may contain "/", so the action is the last path segment.
 	v1.POST("/sessions/*", handleSessionAction(m))

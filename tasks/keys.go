@@ -20,6 +20,8 @@ import (
 //	<ns>:{<agent>/<session>}:batch:<b>:claim  string (SET NX) the single-fire join claim
 //	<ns>:{<agent>/<session>}:batch:<b>:jobs   list  member job ids, in spec order
 //	<ns>:batchidx                         hash   batch id → tag
+//	<ns>:reports                          stream every indexable document (the search feed; never trimmed)
+//	<ns>:indexer                          string set while a search writer runs (TTL)
 //	<ns>:jobidx                           hash   job id → tag (lookup by id)
 //	<ns>:active                           zset   job ids not yet terminal, for the reconciler (score = created_at ms)
 //	<ns>:turnsem                          zset   running turns → lease expiry ms (the global cap)
@@ -47,6 +49,8 @@ func (k keys) batch(tag, id string) string        { return k.session(tag) + ":ba
 func (k keys) batchClaim(tag, id string) string   { return k.batch(tag, id) + ":claim" }
 func (k keys) batchJobs(tag, id string) string    { return k.batch(tag, id) + ":jobs" }
 func (k keys) batchIndex() string                 { return k.ns + ":batchidx" }
+func (k keys) reports() string                    { return k.ns + ":reports" }
+func (k keys) indexerAlive() string               { return k.ns + ":indexer" }
 func (k keys) active() string                     { return k.ns + ":active" }
 func (k keys) turnSem() string                    { return k.ns + ":turnsem" }
 func (k keys) agents() string                     { return k.ns + ":agents" }

@@ -19,6 +19,22 @@ import (
 // another attempt could succeed.
 type WorkFunc func(ctx context.Context, args json.RawMessage) (string, error)
 
+// JobInfo tells a work function whose job it runs.
+type JobInfo struct {
+	ID            string
+	Agent         string
+	OriginSession string
+	Description   string
+}
+
+type jobInfoKey struct{}
+
+// JobFromContext returns the job a WorkFunc's context belongs to.
+func JobFromContext(ctx context.Context) (JobInfo, bool) {
+	j, ok := ctx.Value(jobInfoKey{}).(JobInfo)
+	return j, ok
+}
+
 // WorkKind is a registered kind of deterministic work.
 type WorkKind struct {
 	// Name is the work.type that selects this kind.

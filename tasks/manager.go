@@ -67,6 +67,7 @@ type Manager struct {
 	resumer Resumer
 	agents  *agentCache
 	sink    *sink
+	alive   aliveCache
 	now     func() time.Time
 	log     *slog.Logger
 }
@@ -438,21 +439,24 @@ func (m *Manager) Drain(ctx context.Context, agent, session, idemKey string) ([]
 	if !bgjobs.ValidSession(session) {
 		return nil, bgjobs.FieldError("session", "session ids are 1–200 characters of [A-Za-z0-9._:@/-]")
 	}
-	rows, err := m.store.drain(ctx, Tag(agent, session), idemKey, m.now())
+	now := m.now()
+	hold := drainHold{on: m.indexerAlive(ctx), capBytes: m.cfg.SummaryChars, since: now.Add(-indexGrace)}
+	rows, err := m.store.drain(ctx, Tag(agent, session), idemKey, now, hold)
 	if err != nil {
 		return nil, err
 	}
 	out := make([]Notification, len(rows))
 	for i, r := range rows {
-		out[i] = notification(r, m.reportCut())
+		// A turn report is cut, with a pointer to memory_recall, only once
+		// it is searchable: a pointer must never point at nothing.
+		cut := 0
+		if r.ReportIndexed {
+			cut = m.cfg.SummaryChars
+		}
+		out[i] = notification(r, cut)
 	}
 	return out, nil
 }
-
-// reportCut is the cap on a turn report inside a notification. It is 0
-// (deliver whole) while no searchable memory holds the full report: a
-// pointer to memory_recall must never point at nothing.
-func (m *Manager) reportCut() int { return 0 }
 
 // PutAgent stores where bgjobs reaches an agent.
 func (m *Manager) PutAgent(ctx context.Context, a *Agent) error {

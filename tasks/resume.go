@@ -15,6 +15,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/bgjobs/bgjobs"
+	"github.com/bgjobs/bgjobs/search"
 )
 
 // Task types of the follow-ups. Stored in queued tasks: never change them.
@@ -118,6 +119,9 @@ func (m *Manager) pump(ctx context.Context, tag string) error {
 	for _, z := range entries {
 		entry, _ := z.Member.(string)
 		if err := m.follow(ctx, tag, entry, int64(z.Score)); err != nil {
+			if errors.Is(err, errAwaitingIndex) {
+				continue // the indexer moves it on
+			}
 			m.log.Warn("outbox entry will be retried", slog.String("entry", entry), slog.Any("err", err))
 			first = cmpOrErr(first, err)
 			continue
@@ -162,6 +166,9 @@ func (m *Manager) follow(ctx context.Context, tag, entry string, at int64) error
 		if err != nil || j == nil || j.Incognito {
 			return err
 		}
+		if m.needsIndex(j) && !j.ReportIndexed && m.indexerAlive(ctx) && m.now().Sub(*j.CompletedAt) < indexGrace {
+			return errAwaitingIndex // the drain would hold it back: nudge once it is there
+		}
 		meta := ResumeMeta{Trigger: j.ID, Jobs: []string{j.ID}, BatchID: j.BatchID}
 		meta.Counts.add(j.Status, 1)
 		return m.enqueueResume(ctx, agent, session, "resume:"+j.ID, "resume-"+j.ID, meta)
@@ -178,6 +185,13 @@ func (m *Manager) follow(ctx context.Context, tag, entry string, at int64) error
 		id := b.ID
 		meta := ResumeMeta{Trigger: b.ID, Jobs: b.Jobs, BatchID: &id, Counts: b.Counts, Partial: b.Partial}
 		return m.enqueueResume(ctx, agent, session, "resume:"+b.ID, "resume-"+b.ID, meta)
+	case "i":
+		j, err := m.store.load(ctx, tag, ref)
+		if err != nil || j == nil {
+			return err
+		}
+		_, err = m.AppendDocs(ctx, []search.Doc{reportDoc(j)})
+		return err
 	case "s":
 		payload, _ := json.Marshal(controlPayload{Agent: agent, Session: session, BatchID: ref})
 		_, err := m.aq.EnqueueContext(ctx, asynq.NewTask(TypeStraggler, payload,

@@ -55,6 +55,8 @@ return 1
 //	r|<job id>    announce this job (a plain job, or a member settling after its batch joined)
 //	j|<batch id>  the batch joined: this settle brought settled == size and won the claim
 //	s|<batch id>  the batch's first member settled: arm its straggler timer
+//	i|<job id>    a turn's report, to be appended to the reports stream (not
+//	              for incognito jobs or background:* sessions)
 //
 // A batch member counts once, here, because only the call that moves it to a
 // terminal state gets this far.
@@ -75,13 +77,13 @@ return 1
 //	resumes, its origin is not a background worker, it is not
 //	incognito); "0" records no r| entry
 //
-// Returns {1, entry} if this call settled the job (entry is the outbox
-// member it recorded, or "" if none), {0, ""} if it was already terminal (a
-// no-op), {-1, ""} if there is no such row.
+// Returns {1, entries...} if this call settled the job (the outbox members
+// it recorded), {0} if it was already terminal (a no-op), {-1} if there is
+// no such row.
 var settleCmd = redis.NewScript(luaTerminal + `
 local st = redis.call('HGET', KEYS[1], 'status')
-if not st then return {-1, ''} end
-if terminal(st) then return {0, ''} end
+if not st then return {-1} end
+if terminal(st) then return {0} end
 redis.call('HSET', KEYS[1], 'status', ARGV[1], 'has_result', ARGV[2], 'result', ARGV[3],
   'has_error', ARGV[4], 'error', ARGV[5], 'completed_at', ARGV[6])
 local id = redis.call('HGET', KEYS[1], 'id')
@@ -90,29 +92,36 @@ if redis.call('HGET', KEYS[1], 'notified') == '1' then
 else
   redis.call('ZADD', KEYS[2], ARGV[6], id)
 end
-local bid = redis.call('HGET', KEYS[1], 'batch_id')
+local out = {1}
+local function record(entry)
+  redis.call('ZADD', KEYS[3], ARGV[6], entry)
+  out[#out + 1] = entry
+end
+local row = redis.call('HMGET', KEYS[1], 'kind', 'incognito', 'origin_session', 'batch_id')
+if ARGV[1] == 'completed' and ARGV[2] == '1' and row[1] == 'turn' and row[2] ~= '1'
+   and string.sub(row[3], 1, 11) ~= 'background:' then
+  record('i|' .. id)
+end
+local bid = row[4]
 if not bid or bid == '' then
-  if ARGV[9] ~= '1' then return {1, ''} end
-  redis.call('ZADD', KEYS[3], ARGV[6], 'r|' .. id)
-  return {1, 'r|' .. id}
+  if ARGV[9] == '1' then record('r|' .. id) end
+  return out
 end
 local bkey = ARGV[8] .. 'batch:' .. bid
 local settled = redis.call('HINCRBY', bkey, 'settled', 1)
 redis.call('HINCRBY', bkey, ARGV[1], 1)
 local size = tonumber(redis.call('HGET', bkey, 'size'))
-local entry = ''
 if redis.call('EXISTS', bkey .. ':claim') == 1 then
-  if ARGV[9] == '1' then entry = 'r|' .. id end
+  if ARGV[9] == '1' then record('r|' .. id) end
 elseif settled >= size then
   if redis.call('SET', bkey .. ':claim', 'full', 'NX') then
     redis.call('HSET', bkey, 'joined_at', ARGV[6], 'partial', '0')
-    entry = 'j|' .. bid
+    record('j|' .. bid)
   end
 elseif settled == 1 then
-  entry = 's|' .. bid
+  record('s|' .. bid)
 end
-if entry ~= '' then redis.call('ZADD', KEYS[3], ARGV[6], entry) end
-return {1, entry}
+return out
 `)
 
 // forceJoinCmd is the straggler timer firing: the same claim as a full join,
@@ -191,13 +200,16 @@ return {1, 1}
 `)
 
 // drainFields is the order of the row fields drainCmd returns per job.
-var drainFields = []string{fID, fStatus, fDescription, fKind, fHasResult, fResult, fHasErr, fError, fBatch, fSubagent}
+var drainFields = []string{fID, fStatus, fDescription, fKind, fHasResult, fResult, fHasErr, fError, fBatch, fSubagent, fReportIndexed}
 
 // drainCmd hands over every ended, unnotified job of a session, oldest
 // completion first, and marks each notified in the same step: the
 // exactly-once flip. With an idempotency key, the ids handed over are kept
 // for ARGV[3] seconds and a repeat returns the same rows without flipping
-// anything new.
+// anything new. With ARGV[6] = "1", a turn report too long to hand over
+// whole stays pending until it is searchable (its notification then points
+// at memory_recall), but never longer than the grace: after that it goes
+// out whole rather than wait on an index that is not running.
 //
 // KEYS[1] -> session pending zset
 // KEYS[2] -> drain idempotency key (unused when ARGV[2] is "0")
@@ -206,7 +218,10 @@ var drainFields = []string{fID, fStatus, fDescription, fKind, fHasResult, fResul
 // ARGV[3] -> idempotency TTL (s)
 // ARGV[4] -> retention (s) of a notified row
 // ARGV[5] -> now (ms)
-// ARGV[6..] -> row fields to return (drainFields)
+// ARGV[6] -> "1" to hold long turn reports until they are indexed
+// ARGV[7] -> the length (bytes) past which a turn report is cut
+// ARGV[8] -> grace cutoff (ms): reports completed before it are not held
+// ARGV[9..] -> row fields to return (drainFields)
 //
 // Returns one array per job: the requested fields, in order.
 var drainCmd = redis.NewScript(luaTerminal + `
@@ -222,10 +237,16 @@ end
 if not repeated then
   local taken = {}
   for _, id in ipairs(redis.call('ZRANGE', KEYS[1], 0, -1)) do
-    redis.call('ZREM', KEYS[1], id)
     local k = ARGV[1] .. id
+    local held = false
+    if ARGV[6] == '1' then
+      local f = redis.call('HMGET', k, 'kind', 'has_result', 'report_indexed', 'incognito', 'completed_at', 'status')
+      held = f[1] == 'turn' and f[2] == '1' and f[3] ~= '1' and f[4] ~= '1' and f[6] == 'completed'
+        and tonumber(f[5] or '0') > tonumber(ARGV[8]) and redis.call('HSTRLEN', k, 'result') > tonumber(ARGV[7])
+    end
+    if not held then redis.call('ZREM', KEYS[1], id) end
     local st = redis.call('HGET', k, 'status')
-    if st and terminal(st) and redis.call('HGET', k, 'notified') ~= '1' then
+    if not held and st and terminal(st) and redis.call('HGET', k, 'notified') ~= '1' then
       redis.call('HSET', k, 'notified', '1', 'notified_at', ARGV[5])
       redis.call('EXPIRE', k, ARGV[4])
       taken[#taken + 1] = id
@@ -240,7 +261,7 @@ if not repeated then
 end
 local out = {}
 for _, id in ipairs(ids) do
-  local row = redis.call('HMGET', ARGV[1] .. id, unpack(ARGV, 6))
+  local row = redis.call('HMGET', ARGV[1] .. id, unpack(ARGV, 9))
   if row[1] then out[#out + 1] = row end
 end
 return out

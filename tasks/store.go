@@ -177,8 +177,8 @@ type Outcome struct {
 }
 
 // settle runs settleCmd. It reports whether this call ended the job and
-// the outbox entry the settle recorded ("" if none).
-func (s *Store) settle(ctx context.Context, tag, id string, o Outcome, now time.Time, announce bool) (bool, string, error) {
+// the outbox entries the settle recorded.
+func (s *Store) settle(ctx context.Context, tag, id string, o Outcome, now time.Time, announce bool) (bool, []string, error) {
 	var res, errText string
 	if o.Result != nil {
 		res = *o.Result
@@ -190,28 +190,43 @@ func (s *Store) settle(ctx context.Context, tag, id string, o Outcome, now time.
 		string(o.Status), boolStr(o.Result != nil), res, boolStr(o.Error != nil), errText,
 		ms(now), int64(s.retention.Seconds()), s.k.sessionPrefix(tag), boolStr(announce)).Slice()
 	if err != nil {
-		return false, "", unavailable("settle job", err)
+		return false, nil, unavailable("settle job", err)
 	}
-	if len(reply) != 2 {
-		return false, "", fmt.Errorf("settle: unexpected reply %v", reply)
+	if len(reply) == 0 {
+		return false, nil, fmt.Errorf("settle: empty reply")
 	}
 	code, _ := reply[0].(int64)
-	entry, _ := reply[1].(string)
-	return code == 1, entry, nil
+	var entries []string
+	for _, e := range reply[1:] {
+		if s, ok := e.(string); ok {
+			entries = append(entries, s)
+		}
+	}
+	return code == 1, entries, nil
 }
 
 // drainRow is one job handed over by drainCmd.
 type drainRow struct {
 	ID, Status, Description, Kind, SubagentType string
 	Result, Error, BatchID                      *string
+	ReportIndexed                               bool
 }
 
-func (s *Store) drain(ctx context.Context, tag, idemKey string, now time.Time) ([]drainRow, error) {
+// drainHold says whether and how a drain holds long turn reports back
+// until they are searchable.
+type drainHold struct {
+	on       bool
+	capBytes int
+	since    time.Time
+}
+
+func (s *Store) drain(ctx context.Context, tag, idemKey string, now time.Time, hold drainHold) ([]drainRow, error) {
 	useIdem, idem := "0", s.k.drainIdem(tag, "")
 	if idemKey != "" {
 		useIdem, idem = "1", s.k.drainIdem(tag, idemKey)
 	}
-	args := []any{s.k.jobPrefix(tag), useIdem, int64(drainIdemTTL.Seconds()), int64(s.retention.Seconds()), ms(now)}
+	args := []any{s.k.jobPrefix(tag), useIdem, int64(drainIdemTTL.Seconds()), int64(s.retention.Seconds()), ms(now),
+		boolStr(hold.on), hold.capBytes, ms(hold.since)}
 	for _, f := range drainFields {
 		args = append(args, f)
 	}
@@ -226,7 +241,7 @@ func (s *Store) drain(ctx context.Context, tag, idemKey string, now time.Time) (
 			continue
 		}
 		str := func(i int) string { v, _ := vals[i].(string); return v }
-		row := drainRow{ID: str(0), Status: str(1), Description: str(2), Kind: str(3), SubagentType: str(9)}
+		row := drainRow{ID: str(0), Status: str(1), Description: str(2), Kind: str(3), SubagentType: str(9), ReportIndexed: str(10) == "1"}
 		if str(4) == "1" {
 			v := str(5)
 			row.Result = &v

@@ -20,7 +20,7 @@ func (m *Manager) settle(ctx context.Context, j *Job, o Outcome) (bool, error) {
 	ctx = context.WithoutCancel(ctx) // a settle must not be lost to a cancelled caller
 	now := m.now()
 	announce := !j.Incognito && m.mayResume(ctx, j.Agent, j.OriginSession)
-	ok, entry, err := m.store.settle(ctx, Tag(j.Agent, j.OriginSession), j.ID, o, now, announce)
+	ok, entries, err := m.store.settle(ctx, Tag(j.Agent, j.OriginSession), j.ID, o, now, announce)
 	if err != nil || !ok {
 		return ok, err
 	}
@@ -35,11 +35,12 @@ func (m *Manager) settle(ctx context.Context, j *Job, o Outcome) (bool, error) {
 	m.publish(e)
 	active, id := m.k.active(), j.ID
 	m.sink.add(func(ctx context.Context, p redis.Pipeliner) { p.ZRem(ctx, active, id) })
-	// The settle recorded its follow-up in the outbox; move it on now. A
-	// failure here is retried by the reconciler's sweep.
-	if entry != "" {
-		if err := m.pumpEntry(ctx, Tag(j.Agent, j.OriginSession), entry, now.UnixMilli()); err != nil {
-			m.log.Warn("follow-up after settle", slog.String("job_id", j.ID), slog.Any("err", err))
+	// The settle recorded its follow-ups in the outbox; move them on now.
+	// One that cannot go yet (a report not yet searchable) or fails is
+	// moved on later by the indexer or the reconciler's sweep.
+	for _, entry := range entries {
+		if err := m.pumpEntry(ctx, Tag(j.Agent, j.OriginSession), entry, now.UnixMilli()); err != nil && !errors.Is(err, errAwaitingIndex) {
+			m.log.Warn("follow-up after settle", slog.String("job_id", j.ID), slog.String("entry", entry), slog.Any("err", err))
 		}
 	}
 	m.log.Info("job settled", slog.String("job_id", j.ID), slog.String("agent", j.Agent), slog.String("status", string(o.Status)))
@@ -127,6 +128,7 @@ func (m *Manager) run(ctx context.Context, j *Job) (string, error) {
 		if !ok {
 			return "", fmt.Errorf("work kind %q is not registered in this process", j.WorkType)
 		}
+		ctx = context.WithValue(ctx, jobInfoKey{}, JobInfo{ID: j.ID, Agent: j.Agent, OriginSession: j.OriginSession, Description: j.Description})
 		return kind.Run(ctx, j.WorkArgs)
 	case KindTurn:
 		if m.turns == nil {

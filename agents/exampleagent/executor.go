@@ -8,6 +8,7 @@
 //	[sleep 3s]   take that long before answering (a cancel stops it)
 //	[fail]       end the task failed
 //	[task]       answer through a task with an artifact instead of a message
+//	[long 15000] make the report that many characters long
 package exampleagent
 
 import (
@@ -19,6 +20,7 @@ import (
 	"io"
 	"net/http"
 	"regexp"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -42,7 +44,10 @@ type executor struct {
 	log *json.Encoder
 }
 
-var sleepRE = regexp.MustCompile(`\[sleep ([0-9a-z.]+)\]`)
+var (
+	sleepRE = regexp.MustCompile(`\[sleep ([0-9a-z.]+)\]`)
+	longRE  = regexp.MustCompile(`\[long ([0-9]{1,7})\]`)
+)
 
 func (e *executor) Execute(ctx context.Context, rc *a2asrv.RequestContext, q eventqueue.Queue) error {
 	text := ""
@@ -67,6 +72,10 @@ func (e *executor) Execute(ctx context.Context, rc *a2asrv.RequestContext, q eve
 		}
 	}
 	answer := report(text)
+	if m := longRE.FindStringSubmatch(text); m != nil {
+		n, _ := strconv.Atoi(m[1])
+		answer = lengthen(answer, n)
+	}
 	switch {
 	case strings.Contains(text, "[fail]"):
 		if rc.StoredTask == nil {
@@ -98,6 +107,17 @@ func (e *executor) Cancel(ctx context.Context, rc *a2asrv.RequestContext, q even
 	ev := a2a.NewStatusUpdateEvent(rc, a2a.TaskStateCanceled, nil)
 	ev.Final = true
 	return q.Write(ctx, ev)
+}
+
+// lengthen pads a report with numbered, deterministic sentences to n
+// characters.
+func lengthen(s string, n int) string {
+	var b strings.Builder
+	b.WriteString(s)
+	for i := 1; b.Len() < n; i++ {
+		fmt.Fprintf(&b, "\nFinding %d: the figures in section %d agree with the ledger.", i, i)
+	}
+	return b.String()[:max(n, len(s))]
 }
 
 // report derives an answer from the prompt alone, so the same prompt always

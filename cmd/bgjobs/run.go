@@ -27,6 +27,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	root.SetErr(stderr)
 	root.AddCommand(processCmd(ctx, "serve", "Run the HTTP API, the workers and the reconciler", app.ModeServe, getenv, stdout))
 	root.AddCommand(benchCmd(ctx, stdout))
+	root.AddCommand(reindexCmd(ctx, getenv, stdout))
 	root.AddCommand(processCmd(ctx, "worker", "Run workers and the reconciler only, against a shared REDIS_URL", app.ModeWorker, getenv, stdout))
 	return root.ExecuteContext(ctx)
 }
@@ -92,5 +93,31 @@ func benchCmd(ctx context.Context, stdout io.Writer) *cobra.Command {
 	cmd.Flags().IntVar(&o.Samples, "samples", 200, "resumes timed per target in the latency phase (0 skips it)")
 	cmd.Flags().StringVar(&cpuProfile, "cpuprofile", "", "write a CPU profile of the whole run to this file")
 	cmd.Flags().DurationVar(&o.Poll, "poll", bgjobs.PollIntervalDefault, "idle worker poll interval of both phases")
+	return cmd
+}
+
+// reindexCmd rebuilds the search index from the reports stream.
+func reindexCmd(ctx context.Context, getenv func(string) string, stdout io.Writer) *cobra.Command {
+	var redisURL, dataDir string
+	cmd := &cobra.Command{
+		Use:   "reindex",
+		Short: "Rebuild the search index from the reports stream (stop serve first)",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			cfg, err := bgjobs.Load(getenv)
+			if err != nil {
+				return err
+			}
+			if cmd.Flags().Changed("redis-url") {
+				cfg.RedisURL = redisURL
+			}
+			if cmd.Flags().Changed("data-dir") {
+				cfg.DataDir = dataDir
+			}
+			return app.Reindex(ctx, cfg, stdout)
+		},
+	}
+	cmd.Flags().StringVar(&redisURL, "redis-url", "", "Redis URL (REDIS_URL)")
+	cmd.Flags().StringVar(&dataDir, "data-dir", bgjobs.DataDirDefault, "search index directory (BGJOBS_DATA_DIR)")
 	return cmd
 }

@@ -91,7 +91,7 @@ func Resume(ctx context.Context, o Options, out io.Writer) error {
 		return err
 	}
 	defer w.Shutdown()
-	api, stopAPI, err := serve(handlers.NewServer(cfg, m, quiet))
+	api, stopAPI, err := serve(handlers.NewServer(cfg, m, nil, quiet))
 	if err != nil {
 		return err
 	}

@@ -1,0 +1,142 @@
+package handlers
+
+import (
+	"context"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"github.com/labstack/echo/v4"
+
+	"github.com/bgjobs/bgjobs"
+	"github.com/bgjobs/bgjobs/search"
+	"github.com/bgjobs/bgjobs/tasks"
+)
+
+// Memory is the knowledge store the API serves: recall over the index, and
+// waiting for a fed document to become searchable.
+type Memory interface {
+	Recall(ctx context.Context, r search.RecallRequest) (*search.RecallResult, error)
+	WaitFor(ctx context.Context, streamID string) error
+}
+
+// KnowledgeMaxBytes caps text indexed through POST /v1/knowledge.
+const KnowledgeMaxBytes = 64 << 10
+
+func noMemory() error {
+	return bgjobs.Errorf(bgjobs.EUnavailable, "this process serves no search index")
+}
+
+func handleRecall(mem Memory) echo.HandlerFunc {
+	return func(c echo.Context) error {
+		agent, err := agentOf(c)
+		if err != nil {
+			return err
+		}
+		if mem == nil {
+			return noMemory()
+		}
+		q := c.QueryParams()
+		req := search.RecallRequest{Agent: agent, Query: q.Get("q"), Session: q.Get("session"), SourceType: q.Get("source_type")}
+		if req.Session != "" && !bgjobs.ValidSession(req.Session) {
+			return bgjobs.FieldError("session", "session ids are 1–200 characters of [A-Za-z0-9._:@/-]")
+		}
+		if s := q.Get("limit"); s != "" {
+			n, err := strconv.Atoi(s)
+			if err != nil {
+				return bgjobs.FieldError("limit", "not an integer: %q", s)
+			}
+			req.Limit = n
+		}
+		if s := q.Get("include_superseded"); s != "" {
+			b, err := strconv.ParseBool(s)
+			if err != nil {
+				return bgjobs.FieldError("include_superseded", "not a boolean: %q", s)
+			}
+			req.IncludeSuperseded = b
+		}
+		if len(req.Query) > 1000 {
+			return bgjobs.FieldError("q", "at most 1000 characters")
+		}
+		res, err := mem.Recall(c.Request().Context(), req)
+		if err != nil {
+			return err
+		}
+		return c.JSON(http.StatusOK, res)
+	}
+}
+
+type knowledgeBody struct {
+	Session string `json:"session"`
+	Title   string `json:"title"`
+	Text    string `json:"text"`
+	URL     string `json:"url"`
+}
+
+// handleKnowledge indexes text at once, or turns a URL into an ingest job.
+func handleKnowledge(m *tasks.Manager, mem Memory) echo.HandlerFunc {
+	return func(c echo.Context) error {
+		agent, err := agentOf(c)
+		if err != nil {
+			return err
+		}
+		if mem == nil {
+			return noMemory()
+		}
+		var b knowledgeBody
+		if err := decodeBody(c, &b); err != nil {
+			return err
+		}
+		if !bgjobs.ValidSession(b.Session) {
+			return bgjobs.FieldError("session", "session ids are 1–200 characters of [A-Za-z0-9._:@/-]")
+		}
+		ctx := c.Request().Context()
+		if b.URL != "" {
+			if b.Text != "" {
+				return bgjobs.FieldError("text", "give text or url, not both")
+			}
+			j, _, err := m.Spawn(ctx, tasks.SpawnRequest{Agent: agent, OriginSession: b.Session, Kind: tasks.KindWork,
+				Description: cutString("Ingest "+b.URL, bgjobs.MaxDescriptionChars),
+				Work:        &tasks.WorkSpec{Type: "ingest", Args: mustJSON(map[string]string{"url": b.URL})}})
+			if err != nil {
+				if be, ok := err.(*bgjobs.Error); ok && be.Field == "work.args" {
+					be.Field = "url"
+				}
+				return err
+			}
+			return c.JSON(http.StatusAccepted, spawnResponse{ID: j.ID, Status: j.Status, BatchID: j.BatchID, Message: spawnMessage(j.ID)})
+		}
+		if strings.TrimSpace(b.Text) == "" {
+			return bgjobs.FieldError("text", "give text (or a url) to index")
+		}
+		if len(b.Text) > KnowledgeMaxBytes {
+			return &bgjobs.Error{Code: bgjobs.ETooLarge, Message: "text is over 64 KiB", Field: "text"}
+		}
+		if !utf8.ValidString(b.Text) || !utf8.ValidString(b.Title) {
+			return bgjobs.FieldError("text", "must be valid UTF-8")
+		}
+		title := strings.TrimSpace(b.Title)
+		if title == "" {
+			title = "Note"
+		}
+		docs := search.Passages(search.NewDocID("kn"), agent, b.Session, search.SourceIngest, cutString(title, 300), b.Text, search.TrustExternal)
+		last, err := m.AppendDocs(ctx, docs)
+		if err != nil {
+			return err
+		}
+		waitCtx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		defer cancel()
+		_ = mem.WaitFor(waitCtx, last) // durable either way; this makes it searchable before we answer
+		return c.JSON(http.StatusCreated, map[string]any{"doc_id": docs[0].DocID, "passages": len(docs)})
+	}
+}
+
+func cutString(s string, n int) string {
+	r := []rune(s)
+	if len(r) <= n {
+		return s
+	}
+	return string(r[:n])
+}

@@ -1,0 +1,79 @@
+// Package search is bgjobs' knowledge store: a bleve index of every report
+// and ingested document, fed from a Redis stream by one batching writer per
+// process, and queried by Recall. The index is derived data: it can always
+// be rebuilt from the stream.
+package search
+
+import (
+	"time"
+
+	"github.com/blevesearch/bleve/v2"
+	"github.com/blevesearch/bleve/v2/analysis/analyzer/keyword"
+	"github.com/blevesearch/bleve/v2/analysis/lang/en"
+	"github.com/blevesearch/bleve/v2/mapping"
+)
+
+// Source types of documents.
+const (
+	SourceReport = "background_report"
+	SourceIngest = "ingest"
+	SourceNote   = "knowledge"
+)
+
+// Trust tiers: how far a document's content can be trusted.
+const (
+	// TrustAgent is an agent-derived report.
+	TrustAgent = 2
+	// TrustExternal is fetched or user-supplied content.
+	TrustExternal = 3
+)
+
+// Doc is one indexed document.
+type Doc struct {
+	DocID      string    `json:"doc_id"`
+	JobID      string    `json:"job_id"`
+	Agent      string    `json:"agent"`
+	Session    string    `json:"session"`
+	SourceType string    `json:"source_type"`
+	Heading    string    `json:"heading"`
+	Body       string    `json:"body"`
+	TrustTier  int       `json:"trust_tier"`
+	CreatedAt  time.Time `json:"created_at"`
+	Superseded bool      `json:"superseded"`
+}
+
+// docType names the one document mapping.
+const docType = "doc"
+
+// BleveType tells bleve which mapping a Doc uses.
+func (Doc) BleveType() string { return docType }
+
+// newMapping: keywords for ids and filters (exact, never analysed, so a
+// session id full of punctuation matches itself only), English for the
+// text people search.
+func newMapping() mapping.IndexMapping {
+	kw := bleve.NewKeywordFieldMapping()
+	kw.Analyzer = keyword.Name
+	text := bleve.NewTextFieldMapping()
+	text.Analyzer = en.AnalyzerName
+	text.IncludeTermVectors = true // for highlighting
+	num := bleve.NewNumericFieldMapping()
+	date := bleve.NewDateTimeFieldMapping()
+	flag := bleve.NewBooleanFieldMapping()
+
+	dm := bleve.NewDocumentStaticMapping()
+	for _, f := range []string{"doc_id", "job_id", "agent", "session", "source_type"} {
+		dm.AddFieldMappingsAt(f, kw)
+	}
+	dm.AddFieldMappingsAt("heading", text)
+	dm.AddFieldMappingsAt("body", text)
+	dm.AddFieldMappingsAt("trust_tier", num)
+	dm.AddFieldMappingsAt("created_at", date)
+	dm.AddFieldMappingsAt("superseded", flag)
+
+	im := bleve.NewIndexMapping()
+	im.AddDocumentMapping(docType, dm)
+	im.DefaultMapping = dm
+	im.DefaultAnalyzer = en.AnalyzerName
+	return im
+}

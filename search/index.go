@@ -1,0 +1,282 @@
+package search
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"html"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/blevesearch/bleve/v2"
+	"github.com/blevesearch/bleve/v2/search/query"
+
+	"github.com/bgjobs/bgjobs"
+)
+
+// Index is the bleve knowledge store of one process (bleve holds a file
+// lock: one process per directory).
+type Index struct {
+	path string
+	mu   sync.RWMutex
+	idx  bleve.Index
+}
+
+// checkpointKey is where the index keeps the last stream entry it applied,
+// written in the same batch as the documents, so a crash never applies an
+// entry twice nor skips one.
+var checkpointKey = []byte("bgjobs.checkpoint")
+
+// StreamStart is the checkpoint of an empty index: read the stream from its
+// beginning.
+const StreamStart = "0-0"
+
+// Open opens the index under dir, creating it when missing. An index that
+// cannot be opened is moved aside and created anew; rebuilt says so, and
+// the writer then replays the whole stream into it.
+func Open(dir string, log *slog.Logger) (x *Index, rebuilt bool, err error) {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, false, err
+	}
+	path := filepath.Join(dir, "index.bleve")
+	idx, err := bleve.Open(path)
+	switch {
+	case err == nil:
+		return &Index{path: path, idx: idx}, false, nil
+	case errors.Is(err, bleve.ErrorIndexPathDoesNotExist):
+	default:
+		aside := fmt.Sprintf("%s.broken-%d", path, time.Now().Unix())
+		log.Warn("search index unreadable; rebuilding it from the reports stream", slog.String("path", path),
+			slog.String("moved_to", aside), slog.Any("err", err))
+		if err := os.Rename(path, aside); err != nil {
+			return nil, false, fmt.Errorf("move unreadable index aside: %w", err)
+		}
+	}
+	idx, err = bleve.New(path, newMapping())
+	if err != nil {
+		return nil, false, fmt.Errorf("create search index: %w", err)
+	}
+	return &Index{path: path, idx: idx}, true, nil
+}
+
+// Close closes the index.
+func (x *Index) Close() error {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	return x.idx.Close()
+}
+
+// Checkpoint is the last stream entry applied.
+func (x *Index) Checkpoint() (string, error) {
+	x.mu.RLock()
+	defer x.mu.RUnlock()
+	v, err := x.idx.GetInternal(checkpointKey)
+	if err != nil {
+		return "", err
+	}
+	if len(v) == 0 {
+		return StreamStart, nil
+	}
+	return string(v), nil
+}
+
+// Apply indexes docs and records checkpoint, in one bleve batch. A report
+// supersedes the earlier reports of its job.
+func (x *Index) Apply(docs []Doc, checkpoint string) error {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	b := x.idx.NewBatch()
+	latest := map[string]string{} // job id → newest report doc id in this batch
+	for _, d := range docs {
+		if d.SourceType == SourceReport && d.JobID != "" {
+			latest[d.JobID] = d.DocID
+		}
+	}
+	for _, d := range docs {
+		if d.SourceType == SourceReport && latest[d.JobID] != d.DocID {
+			d.Superseded = true
+		}
+		if err := b.Index(d.DocID, d); err != nil {
+			return err
+		}
+	}
+	for job, newest := range latest {
+		old, err := x.reportsOf(job)
+		if err != nil {
+			return err
+		}
+		for _, d := range old {
+			if d.DocID != newest && !d.Superseded && !inBatch(docs, d.DocID) {
+				d.Superseded = true
+				if err := b.Index(d.DocID, d); err != nil {
+					return err
+				}
+			}
+		}
+	}
+	b.SetInternal(checkpointKey, []byte(checkpoint))
+	return x.idx.Batch(b)
+}
+
+func inBatch(docs []Doc, id string) bool {
+	for _, d := range docs {
+		if d.DocID == id {
+			return true
+		}
+	}
+	return false
+}
+
+// reportsOf returns the indexed reports of a job.
+func (x *Index) reportsOf(jobID string) ([]Doc, error) {
+	q := bleve.NewConjunctionQuery(termQ("job_id", jobID), termQ("source_type", SourceReport))
+	req := bleve.NewSearchRequestOptions(q, 100, 0, false)
+	req.Fields = []string{"*"}
+	res, err := x.idx.Search(req)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]Doc, 0, len(res.Hits))
+	for _, h := range res.Hits {
+		out = append(out, docFromFields(h.ID, h.Fields))
+	}
+	return out, nil
+}
+
+func termQ(field, v string) query.Query {
+	q := bleve.NewTermQuery(v)
+	q.SetField(field)
+	return q
+}
+
+func docFromFields(id string, f map[string]any) Doc {
+	s := func(k string) string { v, _ := f[k].(string); return v }
+	d := Doc{DocID: id, JobID: s("job_id"), Agent: s("agent"), Session: s("session"), SourceType: s("source_type"),
+		Heading: s("heading"), Body: s("body")}
+	if n, ok := f["trust_tier"].(float64); ok {
+		d.TrustTier = int(n)
+	}
+	if b, ok := f["superseded"].(bool); ok {
+		d.Superseded = b
+	}
+	if t, err := time.Parse(time.RFC3339, s("created_at")); err == nil {
+		d.CreatedAt = t
+	}
+	return d
+}
+
+// RecallRequest is a search of one agent's documents.
+type RecallRequest struct {
+	Agent             string
+	Session           string
+	SourceType        string
+	Query             string
+	Limit             int
+	IncludeSuperseded bool
+}
+
+// Hit is one recall result.
+type Hit struct {
+	DocID      string    `json:"doc_id"`
+	JobID      string    `json:"job_id"`
+	Session    string    `json:"session"`
+	SourceType string    `json:"source_type"`
+	Heading    string    `json:"heading"`
+	Snippet    string    `json:"snippet"`
+	Score      float64   `json:"score"`
+	TrustTier  int       `json:"trust_tier"`
+	CreatedAt  time.Time `json:"created_at"`
+	Superseded bool      `json:"superseded,omitempty"`
+}
+
+// RecallResult is a page of hits and how many matched in all.
+type RecallResult struct {
+	Total uint64 `json:"total"`
+	Hits  []Hit  `json:"hits"`
+}
+
+// Recall limits.
+const (
+	RecallLimitDefault = 10
+	RecallLimitMax     = 100
+	snippetChars       = 300
+)
+
+// Recall searches the agent's own documents: the agent filter is part of
+// every query, and the user's words are only ever matched as text.
+func (x *Index) Recall(ctx context.Context, r RecallRequest) (*RecallResult, error) {
+	if r.Limit == 0 {
+		r.Limit = RecallLimitDefault
+	}
+	if r.Limit < 1 || r.Limit > RecallLimitMax {
+		return nil, bgjobs.FieldError("limit", "between 1 and %d", RecallLimitMax)
+	}
+	terms, err := parseQuery(r.Query)
+	if err != nil {
+		return nil, err
+	}
+	must := []query.Query{termQ("agent", r.Agent)}
+	if r.Session != "" {
+		must = append(must, termQ("session", r.Session))
+	}
+	if r.SourceType != "" {
+		must = append(must, termQ("source_type", r.SourceType))
+	}
+	if !r.IncludeSuperseded {
+		nb := bleve.NewBoolFieldQuery(false)
+		nb.SetField("superseded")
+		must = append(must, nb)
+	}
+	for _, t := range terms {
+		var inHeading, inBody query.FieldableQuery
+		if t.phrase {
+			inHeading, inBody = bleve.NewMatchPhraseQuery(t.text), bleve.NewMatchPhraseQuery(t.text)
+		} else {
+			inHeading, inBody = bleve.NewMatchQuery(t.text), bleve.NewMatchQuery(t.text)
+		}
+		inHeading.SetField("heading")
+		inBody.SetField("body")
+		must = append(must, bleve.NewDisjunctionQuery(inHeading, inBody))
+	}
+	req := bleve.NewSearchRequestOptions(bleve.NewConjunctionQuery(must...), r.Limit, 0, false)
+	req.Fields = []string{"*"}
+	req.Highlight = bleve.NewHighlightWithStyle("html")
+	req.Highlight.AddField("body")
+	x.mu.RLock()
+	res, err := x.idx.SearchInContext(ctx, req)
+	x.mu.RUnlock()
+	if err != nil {
+		return nil, fmt.Errorf("recall: %w", err)
+	}
+	out := &RecallResult{Total: res.Total, Hits: make([]Hit, 0, len(res.Hits))}
+	for _, h := range res.Hits {
+		d := docFromFields(h.ID, h.Fields)
+		snippet := strings.Join(h.Fragments["body"], " … ")
+		if snippet == "" {
+			snippet = html.EscapeString(cut(d.Body, snippetChars))
+		}
+		out.Hits = append(out.Hits, Hit{DocID: d.DocID, JobID: d.JobID, Session: d.Session, SourceType: d.SourceType,
+			Heading: d.Heading, Snippet: snippet, Score: h.Score, TrustTier: d.TrustTier, CreatedAt: d.CreatedAt,
+			Superseded: d.Superseded})
+	}
+	return out, nil
+}
+
+// Count returns how many documents the index holds.
+func (x *Index) Count() (uint64, error) {
+	x.mu.RLock()
+	defer x.mu.RUnlock()
+	return x.idx.DocCount()
+}
+
+func cut(s string, n int) string {
+	r := []rune(s)
+	if len(r) <= n {
+		return s
+	}
+	return string(r[:n]) + "…"
+}

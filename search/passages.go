@@ -1,0 +1,51 @@
+package search
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"strings"
+	"time"
+)
+
+// PassageChars is the size a long text is split into for indexing.
+const PassageChars = 4000
+
+// NewDocID returns a fresh document id with a prefix.
+func NewDocID(prefix string) string {
+	var b [6]byte
+	_, _ = rand.Read(b[:])
+	return prefix + "-" + hex.EncodeToString(b[:])
+}
+
+// Passages splits text into documents of about PassageChars, at paragraph
+// or line boundaries where it can; the first keeps id, the rest id#2, id#3…
+func Passages(id, agent, session, source, title, text string, tier int) []Doc {
+	var docs []Doc
+	rest := []rune(text)
+	now := time.Now().UTC()
+	for n := 1; ; n++ {
+		chunk := rest
+		if len(chunk) > PassageChars {
+			cut := PassageChars
+			for i := PassageChars - 1; i > PassageChars/2; i-- {
+				if chunk[i] == '\n' {
+					cut = i + 1
+					break
+				}
+			}
+			chunk = chunk[:cut]
+		}
+		d := Doc{DocID: id, Agent: agent, Session: session, SourceType: source, Heading: title,
+			Body: strings.TrimSpace(string(chunk)), TrustTier: tier, CreatedAt: now}
+		if n > 1 {
+			d.DocID = fmt.Sprintf("%s#%d", id, n)
+			d.Heading = fmt.Sprintf("%s (part %d)", title, n)
+		}
+		docs = append(docs, d)
+		rest = rest[len(chunk):]
+		if len(rest) == 0 {
+			return docs
+		}
+	}
+}

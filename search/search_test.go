@@ -1,0 +1,124 @@
+package search
+
+import (
+	"context"
+	"log/slog"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/bgjobs/bgjobs"
+)
+
+func openTest(t *testing.T) *Index {
+	t.Helper()
+	x, rebuilt, err := Open(t.TempDir(), slog.New(slog.DiscardHandler))
+	require.NoError(t, err)
+	require.True(t, rebuilt)
+	t.Cleanup(func() { _ = x.Close() })
+	return x
+}
+
+func doc(id, agent, session, body string) Doc {
+	return Doc{DocID: id, JobID: "bg-" + id, Agent: agent, Session: session, SourceType: SourceReport,
+		Heading: "Report " + id, Body: body, TrustTier: TrustAgent, CreatedAt: time.Now().UTC()}
+}
+
+func TestRecallIsScopedToTheAgent(t *testing.T) {
+	t.Parallel()
+	x := openTest(t)
+	require.NoError(t, x.Apply([]Doc{
+		doc("a1", "alpha", "chat-1", "the fuel figures for the fleet"),
+		doc("b1", "beta", "chat-1", "the fuel secret of beta"),
+	}, "1-0"))
+	ctx := context.Background()
+	for _, q := range []string{"fuel", `agent:beta fuel`, `+agent:beta`, `fuel OR agent:beta`, `"fuel" *`, `session:chat-1 fuel`, `fuel\) OR (agent:*`} {
+		res, err := x.Recall(ctx, RecallRequest{Agent: "alpha", Query: q})
+		if err != nil {
+			require.Equal(t, bgjobs.EInvalid, bgjobs.ErrorCode(err), q)
+			continue
+		}
+		for _, h := range res.Hits {
+			require.NotEqual(t, "b1", h.DocID, "query %q reached beta's document", q)
+		}
+	}
+	res, err := x.Recall(ctx, RecallRequest{Agent: "alpha", Query: "fuel", Session: "chat-1"})
+	require.NoError(t, err)
+	require.Len(t, res.Hits, 1)
+	require.Contains(t, res.Hits[0].Snippet, "<mark>fuel</mark>")
+	res, err = x.Recall(ctx, RecallRequest{Agent: "beta", Query: "fleet"})
+	require.NoError(t, err)
+	require.Empty(t, res.Hits)
+}
+
+func TestRecallWordsAndPhrases(t *testing.T) {
+	t.Parallel()
+	x := openTest(t)
+	require.NoError(t, x.Apply([]Doc{
+		doc("p1", "alpha", "s", "the quick brown fox jumps"),
+		doc("p2", "alpha", "s", "a brown quick fox sleeps"),
+	}, "1-0"))
+	ctx := context.Background()
+	res, err := x.Recall(ctx, RecallRequest{Agent: "alpha", Query: `"quick brown"`})
+	require.NoError(t, err)
+	require.Len(t, res.Hits, 1)
+	require.Equal(t, "p1", res.Hits[0].DocID)
+	res, err = x.Recall(ctx, RecallRequest{Agent: "alpha", Query: `brown fox`})
+	require.NoError(t, err)
+	require.Len(t, res.Hits, 2)
+	for _, bad := range []string{`"unclosed`, ``, `   `, `"" !!`} {
+		_, err := x.Recall(ctx, RecallRequest{Agent: "alpha", Query: bad})
+		require.Equal(t, bgjobs.EInvalid, bgjobs.ErrorCode(err), "%q", bad)
+	}
+	_, err = x.Recall(ctx, RecallRequest{Agent: "alpha", Query: "fox", Limit: 101})
+	require.Equal(t, bgjobs.EInvalid, bgjobs.ErrorCode(err))
+}
+
+func TestANewReportSupersedesTheOld(t *testing.T) {
+	t.Parallel()
+	x := openTest(t)
+	first := doc("rpt-bg-1-1", "alpha", "s", "draft about zeppelins")
+	first.JobID = "bg-1"
+	require.NoError(t, x.Apply([]Doc{first}, "1-0"))
+	second := doc("rpt-bg-1-2", "alpha", "s", "final about zeppelins")
+	second.JobID = "bg-1"
+	require.NoError(t, x.Apply([]Doc{second}, "2-0"))
+	ctx := context.Background()
+	res, err := x.Recall(ctx, RecallRequest{Agent: "alpha", Query: "zeppelins"})
+	require.NoError(t, err)
+	require.Len(t, res.Hits, 1)
+	require.Equal(t, "rpt-bg-1-2", res.Hits[0].DocID)
+	res, err = x.Recall(ctx, RecallRequest{Agent: "alpha", Query: "zeppelins", IncludeSuperseded: true})
+	require.NoError(t, err)
+	require.Len(t, res.Hits, 2)
+	cp, err := x.Checkpoint()
+	require.NoError(t, err)
+	require.Equal(t, "2-0", cp)
+}
+
+func TestPassagesSplitLongText(t *testing.T) {
+	t.Parallel()
+	text := ""
+	for len(text) < 3*PassageChars {
+		text += "A line of the handbook about safety procedures.\n"
+	}
+	docs := Passages("kn-1", "alpha", "s", SourceIngest, "Handbook", text, TrustExternal)
+	require.GreaterOrEqual(t, len(docs), 3)
+	require.Equal(t, "kn-1", docs[0].DocID)
+	require.Equal(t, "kn-1#2", docs[1].DocID)
+	total := 0
+	for _, d := range docs {
+		require.LessOrEqual(t, len([]rune(d.Body)), PassageChars)
+		total += len(d.Body)
+	}
+	require.Greater(t, total, 3*PassageChars-len(docs)*2)
+}
+
+func TestCompareIDs(t *testing.T) {
+	t.Parallel()
+	require.Equal(t, -1, CompareIDs("0-0", "1-0"))
+	require.Equal(t, 1, CompareIDs("10-0", "9-5"))
+	require.Equal(t, -1, CompareIDs("5-2", "5-10"))
+	require.Equal(t, 0, CompareIDs("5-2", "5-2"))
+}

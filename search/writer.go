@@ -1,0 +1,235 @@
+package search
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// Writer is the one process-wide writer of an Index: it tails the reports
+// stream from the index's checkpoint and applies entries in batches, by
+// count and a short linger (single-document indexing is ~100× slower).
+type Writer struct {
+	// RDB is the Redis the stream lives on.
+	RDB redis.UniversalClient
+	// Stream is the reports stream key.
+	Stream string
+	// AliveKey is refreshed while the writer runs, so settles know reports
+	// are being made searchable somewhere.
+	AliveKey string
+	// Index is written to.
+	Index *Index
+	// OnIndexed runs after each applied batch.
+	OnIndexed func(ctx context.Context, docs []Doc)
+	// Log defaults to slog.Default().
+	Log *slog.Logger
+	// BatchMax is the most entries per batch. Defaults to 200.
+	BatchMax int
+	// Linger is how long a short batch waits to fill. Defaults to 20ms.
+	Linger time.Duration
+
+	stop context.CancelFunc
+	wg   sync.WaitGroup
+
+	mu      sync.Mutex
+	applied string
+	changed chan struct{}
+}
+
+// AliveTTL is how long AliveKey outlives the writer's last refresh.
+const AliveTTL = 30 * time.Second
+
+// Start runs the writer until Stop.
+func (w *Writer) Start(ctx context.Context) error {
+	if w.Log == nil {
+		w.Log = slog.Default()
+	}
+	if w.BatchMax == 0 {
+		w.BatchMax = 200
+	}
+	if w.Linger == 0 {
+		w.Linger = 20 * time.Millisecond
+	}
+	from, err := w.Index.Checkpoint()
+	if err != nil {
+		return err
+	}
+	w.applied, w.changed = from, make(chan struct{})
+	ctx, w.stop = context.WithCancel(ctx)
+	w.wg.Go(func() { w.loop(ctx, from) })
+	return nil
+}
+
+// Stop ends the loop after the batch in hand.
+func (w *Writer) Stop() {
+	if w.stop != nil {
+		w.stop()
+	}
+	w.wg.Wait()
+}
+
+// WaitFor blocks until the entry id is applied or ctx ends.
+func (w *Writer) WaitFor(ctx context.Context, id string) error {
+	for {
+		w.mu.Lock()
+		done, ch := CompareIDs(w.applied, id) >= 0, w.changed
+		w.mu.Unlock()
+		if done {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-ch:
+		}
+	}
+}
+
+func (w *Writer) loop(ctx context.Context, from string) {
+	lastBeat := time.Time{}
+	for ctx.Err() == nil {
+		if time.Since(lastBeat) > AliveTTL/3 {
+			w.RDB.Set(ctx, w.AliveKey, "1", AliveTTL)
+			lastBeat = time.Now()
+		}
+		msgs, err := w.read(ctx, from, time.Second)
+		if err != nil {
+			if ctx.Err() == nil {
+				w.Log.Warn("reports stream", slog.Any("err", err))
+				sleep(ctx, time.Second)
+			}
+			continue
+		}
+		if len(msgs) == 0 {
+			continue
+		}
+		if len(msgs) < w.BatchMax {
+			sleep(ctx, w.Linger)
+			if more, err := w.read(ctx, msgs[len(msgs)-1].ID, -1); err == nil {
+				msgs = append(msgs, more...)
+			}
+		}
+		if len(msgs) > w.BatchMax {
+			msgs = msgs[:w.BatchMax]
+		}
+		docs := parseEntries(msgs, w.Log)
+		last := msgs[len(msgs)-1].ID
+		if err := w.Index.Apply(docs, last); err != nil {
+			w.Log.Error("index batch", slog.Int("docs", len(docs)), slog.Any("err", err))
+			sleep(ctx, time.Second)
+			continue // the checkpoint did not move: the same entries again
+		}
+		from = last
+		w.mu.Lock()
+		w.applied = last
+		close(w.changed)
+		w.changed = make(chan struct{})
+		w.mu.Unlock()
+		if w.OnIndexed != nil {
+			w.OnIndexed(context.WithoutCancel(ctx), docs)
+		}
+	}
+}
+
+// read returns entries after from; block < 0 does not wait.
+func (w *Writer) read(ctx context.Context, from string, block time.Duration) ([]redis.XMessage, error) {
+	res, err := w.RDB.XRead(ctx, &redis.XReadArgs{Streams: []string{w.Stream, from}, Count: int64(w.BatchMax), Block: block}).Result()
+	if errors.Is(err, redis.Nil) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	if len(res) == 0 {
+		return nil, nil
+	}
+	return res[0].Messages, nil
+}
+
+func sleep(ctx context.Context, d time.Duration) {
+	select {
+	case <-ctx.Done():
+	case <-time.After(d):
+	}
+}
+
+// CompareIDs orders two stream entry ids ("ms-seq").
+func CompareIDs(a, b string) int {
+	am, as := splitID(a)
+	bm, bs := splitID(b)
+	switch {
+	case am != bm:
+		if am < bm {
+			return -1
+		}
+		return 1
+	case as != bs:
+		if as < bs {
+			return -1
+		}
+		return 1
+	}
+	return 0
+}
+
+func splitID(id string) (uint64, uint64) {
+	ms, seq, _ := strings.Cut(id, "-")
+	a, _ := strconv.ParseUint(ms, 10, 64)
+	b, _ := strconv.ParseUint(seq, 10, 64)
+	return a, b
+}
+
+// Rebuild replaces the index under dir with one built from the whole
+// stream, and returns how many documents it holds. The serving process
+// must be stopped: bleve allows one process per index directory.
+func Rebuild(ctx context.Context, dir string, rdb redis.UniversalClient, stream string, log *slog.Logger) (uint64, error) {
+	if err := os.RemoveAll(filepath.Join(dir, "index.bleve")); err != nil {
+		return 0, err
+	}
+	x, _, err := Open(dir, log)
+	if err != nil {
+		return 0, err
+	}
+	defer x.Close()
+	w := &Writer{RDB: rdb, Stream: stream, Index: x, Log: log, BatchMax: 500}
+	from := StreamStart
+	for {
+		msgs, err := w.read(ctx, from, -1)
+		if err != nil {
+			return 0, err
+		}
+		if len(msgs) == 0 {
+			return x.Count()
+		}
+		docs := parseEntries(msgs, log)
+		from = msgs[len(msgs)-1].ID
+		if err := x.Apply(docs, from); err != nil {
+			return 0, err
+		}
+	}
+}
+
+// parseEntries reads the documents of stream entries; an unreadable entry is
+// logged and skipped, never retried forever.
+func parseEntries(msgs []redis.XMessage, log *slog.Logger) []Doc {
+	docs := make([]Doc, 0, len(msgs))
+	for _, m := range msgs {
+		var d Doc
+		raw, _ := m.Values["doc"].(string)
+		if err := json.Unmarshal([]byte(raw), &d); err != nil || d.DocID == "" {
+			log.Error("reports stream entry unreadable; skipped", slog.String("id", m.ID), slog.Any("err", err))
+			continue
+		}
+		docs = append(docs, d)
+	}
+	return docs
+}
