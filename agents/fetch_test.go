@@ -29,7 +29,7 @@ func TestForbiddenLiterals(t *testing.T) {
 		{"169.254.169.254", true}, {"fe80::1", true}, {"fc00::1", true}, {"224.0.0.1", true}, {"ff02::1", true},
 		{"::ffff:127.0.0.1", true}, {"::ffff:10.0.0.1", true}, {"[::ffff:169.254.169.254]", true},
 		{"2130706433", true}, {"0x7f000001", true}, {"0177.0.0.1", true}, {"127.1", true}, {"0", true},
-		{"3232235777", true}, // 192.168.1.1
+		{"3232235777", true},                                                      // 192.168.1.1
 		{"8.8.8.8", false}, {"2001:4860:4860::8888", false}, {"134744072", false}, // 8.8.8.8
 	} {
 		ip, ok := LiteralIP(tc.host)
