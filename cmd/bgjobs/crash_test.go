@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"os"
 	"os/exec"
@@ -17,6 +18,7 @@ import (
 
 	"github.com/bgjobs/bgjobs"
 	"github.com/bgjobs/bgjobs/internal/testenv"
+	"github.com/bgjobs/bgjobs/search"
 	"github.com/bgjobs/bgjobs/tasks"
 )
 
@@ -267,4 +269,94 @@ func TestResumeSurvivesAKilledWorker(t *testing.T) {
 	for _, id := range ids {
 		require.Equal(t, 1, seen[id], "resume for %s", id)
 	}
+}
+
+// startServeProcess runs `bgjobs serve` as a subprocess and returns its
+// base URL once it answers.
+func startServeProcess(t *testing.T, url, dataDir string, out *lockedBuffer) (*exec.Cmd, string) {
+	t.Helper()
+	bin, err := buildBinary()
+	require.NoError(t, err)
+	addr := "127.0.0.1:" + strconv.Itoa(testenv.FreePort(t))
+	cmd := exec.Command(bin, "serve")
+	cmd.Env = append(os.Environ(), "REDIS_URL="+url, "BGJOBS_ADDR="+addr, "BGJOBS_DATA_DIR="+dataDir)
+	cmd.Stdout, cmd.Stderr = out, out
+	require.NoError(t, cmd.Start())
+	t.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+	})
+	base := "http://" + addr
+	testenv.Eventually(t, 20*time.Second, "serve to answer", func() bool {
+		resp, err := http.Get(base + "/healthz")
+		if err != nil {
+			return false
+		}
+		resp.Body.Close()
+		return true
+	})
+	return cmd, base
+}
+
+// kill -9 while indexing, then restart: every document is searchable
+// exactly once. Deleting the index directory and restarting rebuilds it.
+func TestIndexSurvivesKillNineAndRebuilds(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts serve processes")
+	}
+	t.Parallel()
+	srv := testenv.StartRedisServer(t)
+	m := privateManager(t, srv)
+	ctx := context.Background()
+	const n = 3000
+	docs := make([]search.Doc, n)
+	for i := range docs {
+		docs[i] = search.Doc{DocID: fmt.Sprintf("kn-%06d", i), Agent: "default", Session: "chat-i", SourceType: search.SourceIngest,
+			Heading: "note", Body: fmt.Sprintf("tardigrade observation number %d, specimen marker%d", i, i), TrustTier: search.TrustExternal,
+			CreatedAt: time.Now().UTC()}
+	}
+	for i := 0; i < n; i += 500 {
+		_, err := m.AppendDocs(ctx, docs[i:i+500])
+		require.NoError(t, err)
+	}
+	dataDir := t.TempDir()
+	out := &lockedBuffer{}
+	first, base := startServeProcess(t, srv.URL(), dataDir, out)
+	time.Sleep(300 * time.Millisecond) // mid-way through indexing
+	require.NoError(t, first.Process.Kill())
+	_ = first.Wait()
+
+	total := func(base string) float64 {
+		resp, err := http.Get(base + "/v1/recall?q=tardigrade&limit=1")
+		if err != nil {
+			return -1
+		}
+		defer resp.Body.Close()
+		var r struct {
+			Total float64 `json:"total"`
+		}
+		_ = json.NewDecoder(resp.Body).Decode(&r)
+		return r.Total
+	}
+	second, base := startServeProcess(t, srv.URL(), dataDir, out)
+	testenv.Eventually(t, 60*time.Second, "every document indexed", func() bool { return total(base) == n })
+	time.Sleep(time.Second)
+	require.Equal(t, float64(n), total(base), "exactly once: no document twice\n%s", out.String())
+	resp, err := http.Get(base + "/v1/recall?q=marker1234")
+	require.NoError(t, err)
+	var one struct {
+		Hits []struct {
+			DocID string `json:"doc_id"`
+		} `json:"hits"`
+	}
+	require.NoError(t, json.NewDecoder(resp.Body).Decode(&one))
+	resp.Body.Close()
+	require.Len(t, one.Hits, 1)
+	require.Equal(t, "kn-001234", one.Hits[0].DocID)
+
+	require.NoError(t, second.Process.Signal(os.Interrupt))
+	_ = second.Wait()
+	require.NoError(t, os.RemoveAll(filepath.Join(dataDir, "index.bleve")))
+	_, base = startServeProcess(t, srv.URL(), dataDir, out)
+	testenv.Eventually(t, 60*time.Second, "the rebuilt index", func() bool { return total(base) == n })
 }
