@@ -40,20 +40,17 @@ func redacted(a *tasks.Agent) map[string]any {
 
 func handlePutAgent(m *tasks.Manager) echo.HandlerFunc {
 	return func(c echo.Context) error {
-		name := c.Param("name")
-		if !bgjobs.ValidAgentName(name) {
-			return bgjobs.FieldError("name", "agent names are 1–64 characters of [a-z0-9_-]")
-		}
-		if !mayManage(c, name) {
-			return bgjobs.Errorf(bgjobs.ENotFound, "no agent %s", name)
+		name, err := managedAgent(c)
+		if err != nil {
+			return err
 		}
 		var b agentBody
-		if err := decodeBody(c, &b); err != nil {
+		if err = decodeBody(c, &b); err != nil {
 			return err
 		}
 		a := &tasks.Agent{Name: name, A2AURL: b.A2AURL, Resume: b.Resume, WebhookURL: b.WebhookURL,
 			WebhookSecret: b.WebhookSecret, AutoResume: b.AutoResume, SubagentTypes: b.SubagentTypes}
-		if err := m.PutAgent(c.Request().Context(), a); err != nil {
+		if err = m.PutAgent(c.Request().Context(), a); err != nil {
 			return err
 		}
 		return c.JSON(http.StatusOK, redacted(a))
@@ -62,12 +59,9 @@ func handlePutAgent(m *tasks.Manager) echo.HandlerFunc {
 
 func handleGetAgent(m *tasks.Manager) echo.HandlerFunc {
 	return func(c echo.Context) error {
-		name := c.Param("name")
-		if !bgjobs.ValidAgentName(name) {
-			return bgjobs.FieldError("name", "agent names are 1–64 characters of [a-z0-9_-]")
-		}
-		if !mayManage(c, name) {
-			return bgjobs.Errorf(bgjobs.ENotFound, "no agent %s", name)
+		name, err := managedAgent(c)
+		if err != nil {
+			return err
 		}
 		a, err := m.GetAgent(c.Request().Context(), name)
 		if err != nil {
@@ -75,4 +69,17 @@ func handleGetAgent(m *tasks.Manager) echo.HandlerFunc {
 		}
 		return c.JSON(http.StatusOK, redacted(a))
 	}
+}
+
+// managedAgent returns the agent named in the path, if the caller may
+// manage it; another agent's configuration does not exist for the caller.
+func managedAgent(c echo.Context) (string, error) {
+	name := c.Param("name")
+	if !bgjobs.ValidAgentName(name) {
+		return "", bgjobs.FieldError("name", "agent names are 1–64 characters of [a-z0-9_-]")
+	}
+	if !mayManage(c, name) {
+		return "", bgjobs.Errorf(bgjobs.ENotFound, "no agent %s", name)
+	}
+	return name, nil
 }

@@ -357,6 +357,16 @@ func TestIndexSurvivesKillNineAndRebuilds(t *testing.T) {
 	require.NoError(t, second.Process.Signal(os.Interrupt))
 	_ = second.Wait()
 	require.NoError(t, os.RemoveAll(filepath.Join(dataDir, "index.bleve")))
-	_, base = startServeProcess(t, srv.URL(), dataDir, out)
+	third, base := startServeProcess(t, srv.URL(), dataDir, out)
 	testenv.Eventually(t, 60*time.Second, "the rebuilt index", func() bool { return total(base) == n })
+
+	// bgjobs reindex rebuilds it offline too.
+	require.NoError(t, third.Process.Signal(os.Interrupt))
+	_ = third.Wait()
+	var rout lockedBuffer
+	env := map[string]string{"REDIS_URL": srv.URL(), "BGJOBS_DATA_DIR": dataDir}
+	require.NoError(t, run(ctx, []string{"reindex"}, func(k string) string { return env[k] }, &rout, &rout))
+	require.Contains(t, rout.String(), fmt.Sprintf("%d documents", n))
+	_, base = startServeProcess(t, srv.URL(), dataDir, out)
+	testenv.Eventually(t, 20*time.Second, "the reindexed index", func() bool { return total(base) == n })
 }

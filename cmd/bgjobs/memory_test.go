@@ -1,9 +1,12 @@
 package main
 
 import (
+	"fmt"
 	"net/http"
+	"net/http/httptest"
 	"net/url"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -137,4 +140,39 @@ func TestDelegateDeliversTheReplyWhole(t *testing.T) {
 	n := d["notifications"].([]any)[0].(map[string]any)
 	require.Equal(t, false, n["truncated"])
 	require.Contains(t, n["text"], done["result"])
+}
+
+// A URL becomes an ingest job: fetched (a trusted loopback host through the
+// allow-list), turned into text and indexed as "ingest", trust tier 3. A
+// loopback URL that is not allowed fails the job and reaches nothing.
+func TestKnowledgeFromAURL(t *testing.T) {
+	t.Parallel()
+	page := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/html")
+		fmt.Fprint(w, `<html><head><title>Axolotl care</title><style>p{}</style></head><body><h1>Care</h1><p>Axolotls regenerate limbs.</p><script>alert(1)</script></body></html>`)
+	}))
+	defer page.Close()
+	var canaryHits atomic.Int64
+	canary := httptest.NewServer(http.HandlerFunc(func(http.ResponseWriter, *http.Request) { canaryHits.Add(1) }))
+	defer canary.Close()
+	c := client{t: t, base: startServe(t, map[string]string{"BGJOBS_FETCH_ALLOW": strings.TrimPrefix(page.URL, "http://"), "BGJOBS_AUTO_RESUME": "false"})}
+
+	code, j := c.do("POST", "/v1/knowledge", map[string]any{"session": "chat-k", "url": page.URL + "/care"})
+	require.Equal(t, http.StatusAccepted, code, "%v", j)
+	done := c.waitStatus(j["id"].(string), "completed")
+	require.Contains(t, done["result"], `Ingested "Axolotl care"`)
+	var hits []any
+	testenv.Eventually(t, 10*time.Second, "the page to be searchable", func() bool {
+		hits = recall(c, "regenerate", "source_type", "ingest")["hits"].([]any)
+		return len(hits) == 1
+	})
+	h := hits[0].(map[string]any)
+	require.Equal(t, 3.0, h["trust_tier"])
+	require.Equal(t, "Axolotl care", h["heading"])
+	require.Empty(t, recall(c, "alert")["hits"], "script text is not indexed")
+
+	_, bad := c.do("POST", "/v1/knowledge", map[string]any{"session": "chat-k", "url": canary.URL + "/secret"})
+	failed := c.waitStatus(bad["id"].(string), "failed")
+	require.Contains(t, failed["error"], "not allowed")
+	require.Zero(t, canaryHits.Load())
 }
