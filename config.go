@@ -79,6 +79,9 @@ type Config struct {
 	// reach even in loopback or private space (BGJOBS_FETCH_ALLOW, comma
 	// separated). Empty: public addresses only.
 	FetchAllow []string
+	// StoredKeys is set at start when keys made with `bgjobs keys create`
+	// are stored in Redis: the API then requires a key.
+	StoredKeys bool
 	// PollInterval is how often an idle asynq worker looks for a task; it
 	// bounds pickup latency on an idle system. Defaults to
 	// PollIntervalDefault.
@@ -120,18 +123,21 @@ func (c Config) Validate() error {
 		// A repeated drain re-reads notified rows for 10 minutes.
 		return FieldError("BGJOBS_RETENTION", "must be at least 10m")
 	}
-	if !c.OpenMode() {
-		return nil
-	}
-	if !IsLoopbackAddr(c.Addr) {
-		return FieldError("BGJOBS_ADDR", "refusing to listen on non-loopback %s without BGJOBS_API_KEYS or BGJOBS_ADMIN_KEY", c.Addr)
+	return nil
+}
+
+// CheckExposure refuses open mode (no key anywhere) on a non-loopback
+// address. Run it once StoredKeys is known.
+func (c Config) CheckExposure() error {
+	if c.OpenMode() && !IsLoopbackAddr(c.Addr) {
+		return FieldError("BGJOBS_ADDR", "refusing to listen on non-loopback %s without keys (BGJOBS_API_KEYS, BGJOBS_ADMIN_KEY or bgjobs keys create)", c.Addr)
 	}
 	return nil
 }
 
 // OpenMode reports whether no key is configured: every request then acts as
 // agent "default", which is allowed on loopback only.
-func (c Config) OpenMode() bool { return len(c.APIKeys) == 0 && c.AdminKey == "" }
+func (c Config) OpenMode() bool { return len(c.APIKeys) == 0 && c.AdminKey == "" && !c.StoredKeys }
 
 // IsLoopbackAddr reports whether a listen address binds loopback only.
 // An empty host binds every interface, so it is not loopback.

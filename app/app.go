@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"path/filepath"
 	"time"
 
 	"github.com/bgjobs/bgjobs"
@@ -95,6 +96,12 @@ func Run(ctx context.Context, cfg bgjobs.Config, mode Mode, stdout io.Writer, op
 	}
 	defer stopMemory()
 
+	if n, err := m.StoredKeyCount(ctx); err == nil && n > 0 {
+		cfg.StoredKeys = true
+	}
+	if err := cfg.CheckExposure(); err != nil {
+		return err
+	}
 	ln, err := net.Listen("tcp", cfg.Addr)
 	if err != nil {
 		return fmt.Errorf("listen on %s: %w", cfg.Addr, err)
@@ -130,7 +137,9 @@ type memory struct {
 // startMemory opens (or rebuilds) the index under the data directory and
 // starts its writer.
 func startMemory(ctx context.Context, cfg bgjobs.Config, conn *redisConn, m *tasks.Manager, log *slog.Logger) (handlers.Memory, func(), error) {
-	dir := cfg.DataDir
+	// One index per namespace: deployments sharing a data directory must
+	// not share documents.
+	dir := filepath.Join(cfg.DataDir, cfg.Namespace)
 	if conn.embedded != nil {
 		// The embedded Redis, and so the reports stream, dies with the
 		// process: an index kept on disk would outlive what it indexes.
@@ -176,7 +185,7 @@ func Reindex(ctx context.Context, cfg bgjobs.Config, stdout io.Writer) error {
 	defer conn.close()
 	m := tasks.NewManager(conn.rdb, cfg, tasks.Deps{Logger: slog.New(slog.DiscardHandler)})
 	defer m.Close()
-	n, err := search.Rebuild(ctx, cfg.DataDir, conn.rdb, m.ReportsStream(), slog.New(slog.NewTextHandler(stdout, nil)))
+	n, err := search.Rebuild(ctx, filepath.Join(cfg.DataDir, cfg.Namespace), conn.rdb, m.ReportsStream(), slog.New(slog.NewTextHandler(stdout, nil)))
 	if err != nil {
 		return err
 	}

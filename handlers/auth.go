@@ -1,9 +1,12 @@
 package handlers
 
 import (
+	"context"
 	"crypto/sha256"
 	"crypto/subtle"
 	"strings"
+	"sync"
+	"time"
 
 	"github.com/labstack/echo/v4"
 
@@ -31,6 +34,10 @@ type authenticator struct {
 	open   bool
 	agents []keyEntry
 	admin  *[32]byte
+	// stored looks up keys made with `bgjobs keys create` (kept in Redis
+	// as digests), through a short cache so revocation takes effect
+	// within storedKeyTTL.
+	stored *storedKeys
 }
 
 type keyEntry struct {
@@ -38,8 +45,8 @@ type keyEntry struct {
 	agent string
 }
 
-func newAuthenticator(cfg bgjobs.Config) *authenticator {
-	a := &authenticator{open: cfg.OpenMode()}
+func newAuthenticator(cfg bgjobs.Config, lookup func(ctx context.Context, key string) (string, error)) *authenticator {
+	a := &authenticator{open: cfg.OpenMode(), stored: &storedKeys{lookup: lookup, cache: map[string]storedKey{}}}
 	for key, agent := range cfg.APIKeys {
 		a.agents = append(a.agents, keyEntry{sha256.Sum256([]byte(key)), agent})
 	}
@@ -79,7 +86,15 @@ func (a *authenticator) middleware(next echo.HandlerFunc) echo.HandlerFunc {
 			c.Response().Header().Set("WWW-Authenticate", `Bearer realm="bgjobs"`)
 			return bgjobs.Errorf(bgjobs.EUnauthenticated, "missing Authorization: Bearer <key>")
 		}
-		who, ok := a.resolve(strings.TrimSpace(key))
+		key = strings.TrimSpace(key)
+		who, ok := a.resolve(key)
+		if !ok {
+			agent, err := a.stored.get(c.Request().Context(), key)
+			if err != nil {
+				return err
+			}
+			who, ok = caller{agent: agent}, agent != ""
+		}
 		if !ok {
 			c.Response().Header().Set("WWW-Authenticate", `Bearer realm="bgjobs", error="invalid_token"`)
 			return bgjobs.Errorf(bgjobs.EUnauthenticated, "unknown key")
@@ -113,4 +128,43 @@ func agentOf(c echo.Context) (string, error) {
 func mayManage(c echo.Context, name string) bool {
 	who, _ := c.Get(callerKey).(caller)
 	return who.admin || who.agent == name
+}
+
+// storedKeyTTL is how long a stored key's lookup is trusted.
+const storedKeyTTL = 5 * time.Second
+
+type storedKeys struct {
+	lookup func(ctx context.Context, key string) (string, error)
+	mu     sync.Mutex
+	cache  map[string]storedKey
+}
+
+type storedKey struct {
+	agent string
+	exp   time.Time
+}
+
+func (s *storedKeys) get(ctx context.Context, key string) (string, error) {
+	if s.lookup == nil {
+		return "", nil
+	}
+	d := sha256.Sum256([]byte(key))
+	id := string(d[:])
+	s.mu.Lock()
+	if e, ok := s.cache[id]; ok && time.Now().Before(e.exp) {
+		s.mu.Unlock()
+		return e.agent, nil
+	}
+	s.mu.Unlock()
+	agent, err := s.lookup(ctx, key)
+	if err != nil {
+		return "", err
+	}
+	s.mu.Lock()
+	if len(s.cache) > 10000 {
+		clear(s.cache) // a flood of wrong keys must not grow this forever
+	}
+	s.cache[id] = storedKey{agent: agent, exp: time.Now().Add(storedKeyTTL)}
+	s.mu.Unlock()
+	return agent, nil
 }

@@ -21,7 +21,7 @@ func NewServer(cfg bgjobs.Config, m *tasks.Manager, mem Memory, log *slog.Logger
 	e.JSONSerializer = jsonSerializer{}
 	e.Use(middleware.Recover())
 	e.Use(requestLog(log))
-	addRoutes(e, m, mem, newAuthenticator(cfg))
+	addRoutes(e, m, mem, newAuthenticator(cfg, m.AgentOfKey))
 	return e
 }
 

@@ -65,6 +65,8 @@ type Job struct {
 	Incognito     bool            `json:"incognito"`
 	Attempts      int             `json:"attempts"`
 	ReportIndexed bool            `json:"report_indexed"`
+	// Generation counts operator retries; 0 for a job never retried.
+	Generation int `json:"generation,omitempty"`
 	CreatedAt     time.Time       `json:"created_at"`
 	StartedAt     *time.Time      `json:"started_at"`
 	CompletedAt   *time.Time      `json:"completed_at"`
@@ -80,6 +82,7 @@ const (
 	fBatch, fIncognito, fAttempts       = "batch_id", "incognito", "attempts"
 	fCreated, fStarted, fCompleted      = "created_at", "started_at", "completed_at"
 	fReportIndexed, fHasResult, fHasErr = "report_indexed", "has_result", "has_error"
+	fGeneration                         = "generation"
 )
 
 // jobFromHash turns a job hash into a Job. Times are unix milliseconds.
@@ -113,6 +116,7 @@ func jobFromHash(h map[string]string) *Job {
 		j.BatchID = &b
 	}
 	j.Attempts, _ = strconv.Atoi(h[fAttempts])
+	j.Generation, _ = strconv.Atoi(h[fGeneration])
 	j.CreatedAt = msTime(h[fCreated])
 	if s := h[fStarted]; s != "" {
 		t := msTime(s)

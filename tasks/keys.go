@@ -22,6 +22,7 @@ import (
 //	<ns>:batchidx                         hash   batch id → tag
 //	<ns>:reports                          stream every indexable document (the search feed; never trimmed)
 //	<ns>:indexer                          string set while a search writer runs (TTL)
+//	<ns>:apikeys                          hash   SHA-256 of an agent key (hex) → agent
 //	<ns>:jobidx                           hash   job id → tag (lookup by id)
 //	<ns>:active                           zset   job ids not yet terminal, for the reconciler (score = created_at ms)
 //	<ns>:turnsem                          zset   running turns → lease expiry ms (the global cap)
@@ -51,6 +52,7 @@ func (k keys) batchJobs(tag, id string) string    { return k.batch(tag, id) + ":
 func (k keys) batchIndex() string                 { return k.ns + ":batchidx" }
 func (k keys) reports() string                    { return k.ns + ":reports" }
 func (k keys) indexerAlive() string               { return k.ns + ":indexer" }
+func (k keys) apiKeys() string                    { return k.ns + ":apikeys" }
 func (k keys) active() string                     { return k.ns + ":active" }
 func (k keys) turnSem() string                    { return k.ns + ":turnsem" }
 func (k keys) agents() string                     { return k.ns + ":agents" }

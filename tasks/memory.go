@@ -57,7 +57,7 @@ func reportDoc(j *Job) search.Doc {
 		body = *j.Result
 	}
 	return search.Doc{
-		DocID: fmt.Sprintf("rpt-%s-%d", j.ID, j.Attempts), JobID: j.ID, Agent: j.Agent, Session: j.OriginSession,
+		DocID: fmt.Sprintf("rpt-%s-%d-%d", j.ID, j.Generation, j.Attempts), JobID: j.ID, Agent: j.Agent, Session: j.OriginSession,
 		SourceType: search.SourceReport, Heading: fmt.Sprintf("%s (%s)", j.Description, j.ID), Body: body,
 		TrustTier: search.TrustAgent, CreatedAt: at,
 	}

@@ -171,7 +171,12 @@ func (m *Manager) follow(ctx context.Context, tag, entry string, at int64) error
 		}
 		meta := ResumeMeta{Trigger: j.ID, Jobs: []string{j.ID}, BatchID: j.BatchID}
 		meta.Counts.add(j.Status, 1)
-		return m.enqueueResume(ctx, agent, session, "resume:"+j.ID, "resume-"+j.ID, meta)
+		taskID, msgID := "resume:"+j.ID, "resume-"+j.ID
+		if g := j.Generation; g > 0 {
+			// A retried job's new outcome is news: its own ids.
+			taskID, msgID = fmt.Sprintf("%s:r%d", taskID, g), fmt.Sprintf("%s-r%d", msgID, g)
+		}
+		return m.enqueueResume(ctx, agent, session, taskID, msgID, meta)
 	case "j":
 		b, err := m.loadBatch(ctx, tag, ref)
 		if err != nil || b == nil {

@@ -322,3 +322,36 @@ if redis.call('ZSCORE', KEYS[1], ARGV[1]) or redis.call('ZCARD', KEYS[1]) < tonu
 end
 return 0
 `)
+
+// retryCmd re-arms an ended job for a new attempt: the row goes back to
+// queued with its outcome cleared and its notification re-armed (so the new
+// outcome drains once), its retention lifted, and, for a batch member, the
+// batch's counters take the old outcome back so the new one counts once.
+//
+// KEYS[1] -> job hash
+// KEYS[2] -> session pending zset
+// ARGV[1] -> "1" to allow retrying a completed job
+// ARGV[2] -> session key prefix, for the batch's keys
+//
+// Returns 1 if re-armed, -1 if there is no such row, -2 if it has not
+// ended, -3 if it completed and ARGV[1] is not "1".
+var retryCmd = redis.NewScript(luaTerminal + `
+local st = redis.call('HGET', KEYS[1], 'status')
+if not st then return -1 end
+if not terminal(st) then return -2 end
+if st == 'completed' and ARGV[1] ~= '1' then return -3 end
+local id = redis.call('HGET', KEYS[1], 'id')
+redis.call('HSET', KEYS[1], 'status', 'queued', 'notified', '0', 'has_result', '0', 'result', '',
+  'has_error', '0', 'error', '', 'report_indexed', '0')
+redis.call('HDEL', KEYS[1], 'completed_at', 'started_at', 'notified_at')
+redis.call('HINCRBY', KEYS[1], 'generation', 1)
+redis.call('PERSIST', KEYS[1])
+redis.call('ZREM', KEYS[2], id)
+local bid = redis.call('HGET', KEYS[1], 'batch_id')
+if bid and bid ~= '' then
+  local bkey = ARGV[2] .. 'batch:' .. bid
+  redis.call('HINCRBY', bkey, 'settled', -1)
+  redis.call('HINCRBY', bkey, st, -1)
+end
+return 1
+`)

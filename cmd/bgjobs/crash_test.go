@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"log/slog"
 	"net/http"
 	"os"
 	"os/exec"
@@ -152,7 +153,7 @@ func privateManager(t *testing.T, srv *testenv.RedisServer) *tasks.Manager {
 	t.Helper()
 	rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:" + strconv.Itoa(srv.Port)})
 	t.Cleanup(func() { _ = rdb.Close() })
-	m := tasks.NewManager(rdb, bgjobs.Config{}.WithDefaults(), tasks.Deps{})
+	m := tasks.NewManager(rdb, bgjobs.Config{}.WithDefaults(), tasks.Deps{Logger: slog.New(slog.DiscardHandler)})
 	t.Cleanup(func() { _ = m.Close() })
 	return m
 }
@@ -356,7 +357,7 @@ func TestIndexSurvivesKillNineAndRebuilds(t *testing.T) {
 
 	require.NoError(t, second.Process.Signal(os.Interrupt))
 	_ = second.Wait()
-	require.NoError(t, os.RemoveAll(filepath.Join(dataDir, "index.bleve")))
+	require.NoError(t, os.RemoveAll(filepath.Join(dataDir, bgjobs.NamespaceDefault, "index.bleve")))
 	third, base := startServeProcess(t, srv.URL(), dataDir, out)
 	testenv.Eventually(t, 60*time.Second, "the rebuilt index", func() bool { return total(base) == n })
 

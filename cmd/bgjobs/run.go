@@ -28,6 +28,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	root.AddCommand(processCmd(ctx, "serve", "Run the HTTP API, the workers and the reconciler", app.ModeServe, getenv, stdout))
 	root.AddCommand(benchCmd(ctx, stdout))
 	root.AddCommand(reindexCmd(ctx, getenv, stdout))
+	root.AddCommand(opsCommands(ctx, getenv, stdout)...)
 	root.AddCommand(processCmd(ctx, "worker", "Run workers and the reconciler only, against a shared REDIS_URL", app.ModeWorker, getenv, stdout))
 	return root.ExecuteContext(ctx)
 }

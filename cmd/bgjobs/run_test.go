@@ -51,6 +51,7 @@ func startServe(t *testing.T, env map[string]string) string {
 		"BGJOBS_NAMESPACE":     te.Namespace,
 		"BGJOBS_POLL_INTERVAL": "10ms",
 		"BGJOBS_ADDR":          "127.0.0.1:0",
+		"BGJOBS_DATA_DIR":      t.TempDir(),
 	}
 	if testenv.Real() {
 		vars["REDIS_URL"] = te.URL
