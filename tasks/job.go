@@ -66,10 +66,10 @@ type Job struct {
 	Attempts      int             `json:"attempts"`
 	ReportIndexed bool            `json:"report_indexed"`
 	// Generation counts operator retries; 0 for a job never retried.
-	Generation int `json:"generation,omitempty"`
-	CreatedAt     time.Time       `json:"created_at"`
-	StartedAt     *time.Time      `json:"started_at"`
-	CompletedAt   *time.Time      `json:"completed_at"`
+	Generation  int        `json:"generation,omitempty"`
+	CreatedAt   time.Time  `json:"created_at"`
+	StartedAt   *time.Time `json:"started_at"`
+	CompletedAt *time.Time `json:"completed_at"`
 }
 
 // Row field names in the job hash. One list so the scripts, the reads and

@@ -154,4 +154,3 @@ func (m *Manager) Lookup(ctx context.Context, id string) (*Job, error) {
 	}
 	return j, nil
 }
-
