@@ -14,7 +14,14 @@ import (
 
 	"github.com/bgjobs/bgjobs"
 	"github.com/bgjobs/bgjobs/agents"
+	asynqmetrics "github.com/hibiken/asynq/x/metrics"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
 	"github.com/bgjobs/bgjobs/handlers"
+	"github.com/bgjobs/bgjobs/mcpapi"
+	"github.com/bgjobs/bgjobs/metrics"
 	"github.com/bgjobs/bgjobs/search"
 	"github.com/bgjobs/bgjobs/tasks"
 )
@@ -107,7 +114,8 @@ func Run(ctx context.Context, cfg bgjobs.Config, mode Mode, stdout io.Writer, op
 		return fmt.Errorf("listen on %s: %w", cfg.Addr, err)
 	}
 	srv := &http.Server{
-		Handler:           handlers.NewServer(cfg, m, mem, log),
+		Handler: handlers.NewServer(cfg, handlers.Deps{Manager: m, Memory: mem, Log: log,
+			Metrics: metricsHandler(m), MCP: mcpapi.Handler(m, mem, cfg.OpenMode())}),
 		ReadHeaderTimeout: 10 * time.Second,
 	}
 	errc := make(chan error, 1)
@@ -191,4 +199,14 @@ func Reindex(ctx context.Context, cfg bgjobs.Config, stdout io.Writer) error {
 	}
 	fmt.Fprintf(stdout, "bgjobs: rebuilt the search index in %s: %d documents\n", cfg.DataDir, n)
 	return nil
+}
+
+// metricsHandler serves bgjobs' instruments, asynq's queue collector and
+// the Go runtime's, from a registry of this process's own.
+func metricsHandler(m *tasks.Manager) http.Handler {
+	reg := prometheus.NewRegistry()
+	metrics.Register(reg)
+	reg.MustRegister(asynqmetrics.NewQueueMetricsCollector(m.Inspector()),
+		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	return promhttp.HandlerFor(reg, promhttp.HandlerOpts{})
 }

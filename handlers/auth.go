@@ -27,6 +27,24 @@ type caller struct {
 
 const callerKey = "bgjobs.caller"
 
+// callerCtxKey carries the caller in the request's context, for handlers
+// mounted as plain http.Handlers (MCP).
+type callerCtxKey struct{}
+
+// CallerAgent returns the agent an authenticated request acts for, as the
+// API's auth middleware resolved it; "" and false when there is none (an
+// admin key that named no agent, or no auth ran).
+func CallerAgent(ctx context.Context) (string, bool) {
+	who, ok := ctx.Value(callerCtxKey{}).(caller)
+	return who.agent, ok && who.agent != ""
+}
+
+// setCaller records who for Echo handlers and for the request's context.
+func setCaller(c echo.Context, who caller) {
+	c.Set(callerKey, who)
+	c.SetRequest(c.Request().WithContext(context.WithValue(c.Request().Context(), callerCtxKey{}, who)))
+}
+
 // authenticator checks bearer keys. Keys are compared as SHA-256 digests in
 // constant time, against every configured key, so neither timing nor
 // length tells a guess how close it came.
@@ -77,7 +95,7 @@ func (a *authenticator) resolve(key string) (caller, bool) {
 func (a *authenticator) middleware(next echo.HandlerFunc) echo.HandlerFunc {
 	return func(c echo.Context) error {
 		if a.open {
-			c.Set(callerKey, caller{agent: OpenAgent, admin: true})
+			setCaller(c, caller{agent: OpenAgent, admin: true})
 			return next(c)
 		}
 		h := c.Request().Header.Get("Authorization")
@@ -108,7 +126,7 @@ func (a *authenticator) middleware(next echo.HandlerFunc) echo.HandlerFunc {
 			}
 			who.agent = as
 		}
-		c.Set(callerKey, who)
+		setCaller(c, who)
 		return next(c)
 	}
 }

@@ -28,7 +28,7 @@ func setup(t *testing.T) *testBundle {
 	cfg := bgjobs.Config{Namespace: env.Namespace, APIKeys: map[string]string{"key-a": "alpha"}}.WithDefaults()
 	m := tasks.NewManager(env.RDB, cfg, tasks.Deps{})
 	t.Cleanup(func() { _ = m.Close() })
-	srv := httptest.NewServer(NewServer(cfg, m, nil, slog.New(slog.NewTextHandler(io.Discard, nil))))
+	srv := httptest.NewServer(NewServer(cfg, Deps{Manager: m, Log: slog.New(slog.NewTextHandler(io.Discard, nil))}))
 	t.Cleanup(srv.Close)
 	return &testBundle{srv: srv, m: m}
 }

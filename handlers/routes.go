@@ -11,23 +11,47 @@ import (
 	"github.com/bgjobs/bgjobs/tasks"
 )
 
+// Deps are what the API serves besides its configuration.
+type Deps struct {
+	// Manager is the job API. Required.
+	Manager *tasks.Manager
+	// Memory is the search index; nil in a process that serves none
+	// (recall and knowledge then answer 503).
+	Memory Memory
+	// Metrics serves /metrics; nil serves none.
+	Metrics http.Handler
+	// MCP serves /mcp behind the API's auth; nil serves none.
+	MCP http.Handler
+	// Log defaults to slog.Default().
+	Log *slog.Logger
+}
+
 // NewServer returns the HTTP API with every route registered.
-// mem may be nil in a process that serves no search index: recall and
-// knowledge then answer 503.
-func NewServer(cfg bgjobs.Config, m *tasks.Manager, mem Memory, log *slog.Logger) http.Handler {
+func NewServer(cfg bgjobs.Config, d Deps) http.Handler {
+	log := d.Log
+	if log == nil {
+		log = slog.Default()
+	}
 	e := echo.New()
 	e.HideBanner, e.HidePort = true, true
 	e.HTTPErrorHandler = errorHandler(log)
 	e.JSONSerializer = jsonSerializer{}
 	e.Use(middleware.Recover())
 	e.Use(requestLog(log))
-	addRoutes(e, m, mem, newAuthenticator(cfg, m.AgentOfKey))
+	addRoutes(e, d, newAuthenticator(cfg, d.Manager.AgentOfKey))
 	return e
 }
 
 // addRoutes is the whole URL space of the API, in one place.
-func addRoutes(e *echo.Echo, m *tasks.Manager, mem Memory, auth *authenticator) {
+func addRoutes(e *echo.Echo, d Deps, auth *authenticator) {
+	m, mem := d.Manager, d.Memory
 	e.GET("/healthz", handleHealthz())
+	if d.Metrics != nil {
+		e.GET("/metrics", echo.WrapHandler(d.Metrics))
+	}
+	if d.MCP != nil {
+		e.Any("/mcp", echo.WrapHandler(d.MCP), auth.middleware)
+	}
 	e.GET("/readyz", handleReadyz(m))
 
 	v1 := e.Group("/v1", auth.middleware)

@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/bgjobs/bgjobs/metrics"
 )
 
 // Writer is the one process-wide writer of an Index: it tails the reports
@@ -110,7 +112,11 @@ func (w *Writer) loop(ctx context.Context, from string) {
 			continue
 		}
 		if len(msgs) == 0 {
+			metrics.IndexLag.Set(0)
 			continue
+		}
+		if ms, _ := splitID(msgs[0].ID); ms > 0 {
+			metrics.IndexLag.Set(max(0, time.Since(time.UnixMilli(int64(ms))).Seconds()))
 		}
 		if len(msgs) < w.BatchMax {
 			sleep(ctx, w.Linger)

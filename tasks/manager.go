@@ -16,6 +16,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/bgjobs/bgjobs"
+	"github.com/bgjobs/bgjobs/metrics"
 )
 
 // Task type names. They are stored inside queued asynq tasks, which outlive
@@ -113,6 +114,10 @@ func (m *Manager) Close() error {
 // Kinds returns the work-kind registry, for embedders to register kinds.
 func (m *Manager) Kinds() *Kinds { return m.kinds }
 
+// Inspector returns the asynq inspector on the Manager's Redis, for
+// dashboards and metrics.
+func (m *Manager) Inspector() *asynq.Inspector { return m.insp }
+
 // Redis returns the client the Manager uses, for health checks.
 func (m *Manager) Redis() redis.UniversalClient { return m.rdb }
 
@@ -178,6 +183,8 @@ func (m *Manager) Spawn(ctx context.Context, req SpawnRequest) (job *Job, existe
 	}
 	m.publish(Event{Type: EventStarted, JobID: j.ID, Agent: j.Agent, OriginSession: j.OriginSession,
 		Status: StatusQueued, Kind: j.Kind, Description: j.Description, At: j.CreatedAt})
+	metrics.Spawned.WithLabelValues(string(j.Kind)).Inc()
+	m.log.Info("job spawned", slog.String("job_id", j.ID), slog.String("agent", j.Agent), slog.String("kind", string(j.Kind)))
 	return j, false, nil
 }
 
@@ -445,6 +452,7 @@ func (m *Manager) Drain(ctx context.Context, agent, session, idemKey string) ([]
 	if err != nil {
 		return nil, err
 	}
+	metrics.DrainSize.Observe(float64(len(rows)))
 	out := make([]Notification, len(rows))
 	for i, r := range rows {
 		// A turn report is cut, with a pointer to memory_recall, only once

@@ -15,6 +15,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/bgjobs/bgjobs"
+	"github.com/bgjobs/bgjobs/metrics"
 	"github.com/bgjobs/bgjobs/search"
 )
 
@@ -91,6 +92,8 @@ type resumePayload struct {
 	Session   string     `json:"s"`
 	MessageID string     `json:"m"`
 	Meta      ResumeMeta `json:"meta"`
+	// Since is when its cause happened (ms), for the latency metric.
+	Since int64 `json:"t,omitempty"`
 }
 
 type controlPayload struct {
@@ -182,6 +185,7 @@ func (m *Manager) follow(ctx context.Context, tag, entry string, at int64) error
 		if err != nil || b == nil {
 			return err
 		}
+		metrics.BatchJoins.WithLabelValues(strconv.FormatBool(b.Partial)).Inc()
 		m.publish(Event{Type: EventBatchJoined, BatchID: b.ID, Agent: agent, OriginSession: session,
 			Status: StatusCompleted, Counts: &b.Counts, Partial: b.Partial, At: m.now().UTC()})
 		if !m.mayResume(ctx, agent, session) {
@@ -279,7 +283,7 @@ func (m *Manager) enqueueResume(ctx context.Context, agent, session, taskID, mes
 	if meta.Jobs == nil {
 		meta.Jobs = []string{}
 	}
-	payload, err := json.Marshal(resumePayload{Agent: agent, Session: session, MessageID: messageID, Meta: meta})
+	payload, err := json.Marshal(resumePayload{Agent: agent, Session: session, MessageID: messageID, Meta: meta, Since: m.now().UnixMilli()})
 	if err != nil {
 		return err
 	}
@@ -304,6 +308,7 @@ func (m *Manager) ProcessResume(ctx context.Context, t *asynq.Task) error {
 		return err
 	}
 	if a == nil || !a.resumes() || m.cfg.NoAutoResume {
+		metrics.Resumes.WithLabelValues("dropped").Inc()
 		return nil
 	}
 	tag := Tag(p.Agent, p.Session)
@@ -312,6 +317,7 @@ func (m *Manager) ProcessResume(ctx context.Context, t *asynq.Task) error {
 		return err
 	}
 	if held == 1 {
+		metrics.Resumes.WithLabelValues("held").Inc()
 		m.log.Info("resume held: session busy", slog.String("session", p.Session), slog.String("trigger", p.Meta.Trigger))
 		return nil
 	}
@@ -319,8 +325,14 @@ func (m *Manager) ProcessResume(ctx context.Context, t *asynq.Task) error {
 		return fmt.Errorf("%w: this process cannot send resumes", asynq.SkipRetry)
 	}
 	if err := m.resumer.SendResume(ctx, a, p.Session, p.MessageID, p.Meta); err != nil {
+		metrics.Resumes.WithLabelValues("failed").Inc()
 		return err
 	}
+	metrics.Resumes.WithLabelValues("delivered").Inc()
+	if p.Since > 0 {
+		metrics.ResumeLatency.Observe(m.now().Sub(time.UnixMilli(p.Since)).Seconds())
+	}
+	m.log.Info("resume delivered", slog.String("session", p.Session), slog.String("message_id", p.MessageID))
 	m.publish(Event{Type: EventResumed, JobID: firstOr(p.Meta.Jobs), Agent: p.Agent, OriginSession: p.Session,
 		Status: StatusCompleted, Trigger: p.Meta.Trigger, Counts: &p.Meta.Counts, At: m.now().UTC()})
 	return nil

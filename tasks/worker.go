@@ -12,6 +12,8 @@ import (
 
 	"github.com/hibiken/asynq"
 	"github.com/redis/go-redis/v9"
+
+	"github.com/bgjobs/bgjobs/metrics"
 )
 
 // settle ends j with o and publishes the completion when this call was the
@@ -43,6 +45,7 @@ func (m *Manager) settle(ctx context.Context, j *Job, o Outcome) (bool, error) {
 			m.log.Warn("follow-up after settle", slog.String("job_id", j.ID), slog.String("entry", entry), slog.Any("err", err))
 		}
 	}
+	metrics.Settled.WithLabelValues(string(o.Status), string(j.Kind)).Inc()
 	m.log.Info("job settled", slog.String("job_id", j.ID), slog.String("agent", j.Agent), slog.String("status", string(o.Status)))
 	return true, nil
 }
@@ -77,6 +80,7 @@ func (m *Manager) ProcessTask(ctx context.Context, t *asynq.Task) error {
 	if code <= 0 {
 		return nil // ended already (cancelled, settled by a twin) or deleted
 	}
+	m.log.Info("job running", slog.String("job_id", id), slog.String("agent", j.Agent), slog.Int64("attempt", attempt))
 	m.publish(Event{Type: EventRunning, JobID: id, Agent: j.Agent, OriginSession: j.OriginSession,
 		Status: StatusRunning, Kind: j.Kind, Description: j.Description, Attempt: attempt, At: m.now().UTC()})
 

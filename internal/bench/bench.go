@@ -175,7 +175,7 @@ func endToEnd(ctx context.Context, rdb redis.UniversalClient, o Options) (time.D
 	if err != nil {
 		return 0, err
 	}
-	srv := &http.Server{Handler: handlers.NewServer(cfg, m, nil, quiet)}
+	srv := &http.Server{Handler: handlers.NewServer(cfg, handlers.Deps{Manager: m, Log: quiet})}
 	go func() { _ = srv.Serve(ln) }()
 	defer srv.Close()
 	base := "http://" + ln.Addr().String()

@@ -91,7 +91,7 @@ func Resume(ctx context.Context, o Options, out io.Writer) error {
 		return err
 	}
 	defer w.Shutdown()
-	api, stopAPI, err := serve(handlers.NewServer(cfg, m, nil, quiet))
+	api, stopAPI, err := serve(handlers.NewServer(cfg, handlers.Deps{Manager: m, Log: quiet}))
 	if err != nil {
 		return err
 	}
