@@ -20,6 +20,7 @@ import (
 type testBundle struct {
 	srv *httptest.Server
 	m   *tasks.Manager
+	cfg bgjobs.Config
 }
 
 func setup(t *testing.T) *testBundle {
@@ -30,7 +31,7 @@ func setup(t *testing.T) *testBundle {
 	t.Cleanup(func() { _ = m.Close() })
 	srv := httptest.NewServer(NewServer(cfg, Deps{Manager: m, Log: slog.New(slog.NewTextHandler(io.Discard, nil))}))
 	t.Cleanup(srv.Close)
-	return &testBundle{srv: srv, m: m}
+	return &testBundle{srv: srv, m: m, cfg: cfg}
 }
 
 func (b *testBundle) do(t *testing.T, method, path, body string, hdr map[string]string) (int, map[string]any) {

@@ -46,11 +46,12 @@ func NewServer(cfg bgjobs.Config, d Deps) http.Handler {
 func addRoutes(e *echo.Echo, d Deps, auth *authenticator) {
 	m, mem := d.Manager, d.Memory
 	e.GET("/healthz", handleHealthz())
+	e.GET("/openapi.json", handleOpenAPI())
 	if d.Metrics != nil {
 		e.GET("/metrics", echo.WrapHandler(d.Metrics))
 	}
 	if d.MCP != nil {
-		e.Any("/mcp", echo.WrapHandler(d.MCP), auth.middleware)
+		e.Match([]string{http.MethodGet, http.MethodPost, http.MethodDelete}, "/mcp", echo.WrapHandler(d.MCP), auth.middleware)
 	}
 	e.GET("/readyz", handleReadyz(m))
 

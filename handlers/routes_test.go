@@ -1,0 +1,68 @@
+package handlers
+
+import (
+	"net/http"
+	"regexp"
+	"sort"
+	"strings"
+	"testing"
+
+	"github.com/labstack/echo/v4"
+	"github.com/stretchr/testify/require"
+)
+
+var echoParam = regexp.MustCompile(`:([a-z_]+)`)
+
+// Every registered route is documented in /openapi.json, and every
+// documented path is routed.
+func TestOpenAPICoversEveryRoute(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	e := NewServer(b.cfg, Deps{Manager: b.m, Metrics: http.NotFoundHandler(), MCP: http.NotFoundHandler()}).(*echo.Echo)
+	doc := openAPIDocument()
+	paths := doc["paths"].(obj)
+
+	documented := map[string]bool{}
+	for p, item := range paths {
+		for method := range item.(obj) {
+			documented[strings.ToUpper(method)+" "+p] = true
+		}
+	}
+	routed := map[string]bool{}
+	for _, r := range e.Routes() {
+		if strings.HasPrefix(r.Path, "/*") || r.Method == "echo_route_not_found" {
+			continue
+		}
+		routed[r.Method+" "+echoParam.ReplaceAllString(r.Path, "{$1}")] = true
+	}
+	var missing []string
+	for key := range routed {
+		if strings.HasSuffix(key, "/v1/sessions/*") {
+			continue // session actions, checked below
+		}
+		if !documented[key] {
+			missing = append(missing, key)
+		}
+	}
+	sort.Strings(missing)
+	require.Empty(t, missing, "routed but not documented")
+	var ghosts []string
+	for key := range documented {
+		if strings.HasPrefix(key, "POST /v1/sessions/{session}/") && routed["POST /v1/sessions/*"] {
+			continue
+		}
+		if !routed[key] {
+			ghosts = append(ghosts, key)
+		}
+	}
+	sort.Strings(ghosts)
+	require.Empty(t, ghosts, "documented but not routed")
+
+	// And the session actions the wildcard serves are exactly the documented ones.
+	for _, action := range []string{"drain", "busy", "idle"} {
+		require.True(t, documented["POST /v1/sessions/{session}/"+action], action)
+	}
+	code, body := b.do(t, "GET", "/openapi.json", "", nil)
+	require.Equal(t, http.StatusOK, code)
+	require.Equal(t, "3.0.3", body["openapi"])
+}
