@@ -54,7 +54,7 @@ func Run(ctx context.Context, cfg bgjobs.Config, mode Mode, stdout io.Writer, op
 	}
 	log := opts.Logger
 	if log == nil {
-		log = slog.New(slog.NewJSONHandler(stdout, nil))
+		log = NewLogger(stdout)
 	}
 	if mode == ModeWorker && cfg.RedisURL == "" {
 		return bgjobs.FieldError("REDIS_URL", "a worker joins a shared Redis; set REDIS_URL (only serve can run on the embedded one)")
@@ -209,4 +209,15 @@ func metricsHandler(m *tasks.Manager) http.Handler {
 	reg.MustRegister(asynqmetrics.NewQueueMetricsCollector(m.Inspector()),
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return promhttp.HandlerFor(reg, promhttp.HandlerOpts{})
+}
+
+// NewLogger writes one line per event: readable text on a terminal, JSON
+// otherwise (for log shippers).
+func NewLogger(w io.Writer) *slog.Logger {
+	if f, ok := w.(*os.File); ok {
+		if st, err := f.Stat(); err == nil && st.Mode()&os.ModeCharDevice != 0 {
+			return slog.New(slog.NewTextHandler(w, nil))
+		}
+	}
+	return slog.New(slog.NewJSONHandler(w, nil))
 }

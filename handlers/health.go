@@ -30,7 +30,8 @@ func handleReadyz(m *tasks.Manager) echo.HandlerFunc {
 	}
 }
 
-// requestLog writes one line per request.
+// requestLog writes one line per request (health probes apart: they would
+// drown the rest).
 func requestLog(log *slog.Logger) echo.MiddlewareFunc {
 	return func(next echo.HandlerFunc) echo.HandlerFunc {
 		return func(c echo.Context) error {
@@ -39,8 +40,10 @@ func requestLog(log *slog.Logger) echo.MiddlewareFunc {
 			if err != nil {
 				c.Error(err)
 			}
-			log.Debug("request", slog.String("method", c.Request().Method), slog.String("path", c.Request().URL.Path),
-				slog.Int("status", c.Response().Status), slog.Duration("took", time.Since(start)))
+			if p := c.Request().URL.Path; p != "/healthz" && p != "/readyz" && p != "/metrics" {
+				log.Info("request", slog.String("method", c.Request().Method), slog.String("path", p),
+					slog.Int("status", c.Response().Status), slog.Duration("took", time.Since(start)))
+			}
 			return nil
 		}
 	}

@@ -28,6 +28,8 @@ import (
 	"github.com/a2aproject/a2a-go/a2a"
 	"github.com/a2aproject/a2a-go/a2asrv"
 	"github.com/a2aproject/a2a-go/a2asrv/eventqueue"
+
+	"github.com/bgjobs/bgjobs/client"
 )
 
 // received is one log line: what arrived and in which conversation.
@@ -42,6 +44,17 @@ type received struct {
 type executor struct {
 	mu  sync.Mutex
 	log *json.Encoder
+	// drain, when set, drains the session on every resume it receives,
+	// as an agent's next turn would, and logs what it got.
+	drain *client.Client
+}
+
+// drained is the log line of a drain made on a resume.
+type drained struct {
+	At            time.Time             `json:"at"`
+	Session       string                `json:"drained_session"`
+	Notifications []client.Notification `json:"notifications"`
+	Error         string                `json:"error,omitempty"`
 }
 
 var (
@@ -62,6 +75,19 @@ func (e *executor) Execute(ctx context.Context, rc *a2asrv.RequestContext, q eve
 	_ = e.log.Encode(received{At: time.Now().UTC(), ContextID: rc.ContextID, MessageID: msgID, Metadata: meta, Text: text})
 	e.mu.Unlock()
 
+	if kind, _ := meta["kind"].(string); kind == "background.resume" {
+		if e.drain != nil {
+			ns, err := e.drain.Drain(ctx, rc.ContextID, "")
+			line := drained{At: time.Now().UTC(), Session: rc.ContextID, Notifications: ns}
+			if err != nil {
+				line.Error = err.Error()
+			}
+			e.mu.Lock()
+			_ = e.log.Encode(line)
+			e.mu.Unlock()
+		}
+		return q.Write(ctx, a2a.NewMessage(a2a.MessageRoleAgent, a2a.TextPart{Text: "Noted; draining at my next turn."}))
+	}
 	if m := sleepRE.FindStringSubmatch(text); m != nil {
 		if d, err := time.ParseDuration(m[1]); err == nil {
 			select {
@@ -144,7 +170,8 @@ func textOf(parts a2a.ContentParts) string {
 }
 
 // NewHandler serves the agent's card and its A2A JSON-RPC endpoint at /a2a.
-func NewHandler(addr string, logTo io.Writer) http.Handler {
+// With drain set, every resume it receives drains its session at once.
+func NewHandler(addr string, logTo io.Writer, drain *client.Client) http.Handler {
 	card := &a2a.AgentCard{
 		Name:               "bgjobs example agent",
 		Description:        "Answers turns deterministically from the prompt; logs every message it receives.",
@@ -160,7 +187,7 @@ func NewHandler(addr string, logTo io.Writer) http.Handler {
 		}},
 	}
 	mux := http.NewServeMux()
-	mux.Handle("/a2a", a2asrv.NewJSONRPCHandler(a2asrv.NewHandler(&executor{log: json.NewEncoder(logTo)})))
+	mux.Handle("/a2a", a2asrv.NewJSONRPCHandler(a2asrv.NewHandler(&executor{log: json.NewEncoder(logTo), drain: drain})))
 	mux.Handle(a2asrv.WellKnownAgentCardPath, a2asrv.NewStaticAgentCardHandler(card))
 	return mux
 }

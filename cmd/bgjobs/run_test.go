@@ -18,6 +18,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/bgjobs/bgjobs/agents/exampleagent"
+	bgclient "github.com/bgjobs/bgjobs/client"
 	"github.com/bgjobs/bgjobs/internal/testenv"
 )
 
@@ -153,11 +154,17 @@ func (c client) waitStatus(id, want string) map[string]any {
 // startAgent serves the example A2A agent and returns its /a2a URL and the
 // log of messages it received.
 func startAgent(t *testing.T) (string, *lockedBuffer) {
+	return startDrainingAgent(t, nil)
+}
+
+// startDrainingAgent is startAgent with an agent that drains its session on
+// every resume, through the Go client.
+func startDrainingAgent(t *testing.T, drain *bgclient.Client) (string, *lockedBuffer) {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
 	log := &lockedBuffer{}
-	srv := &httptest.Server{Listener: ln, Config: &http.Server{Handler: exampleagent.NewHandler(ln.Addr().String(), log)}}
+	srv := &httptest.Server{Listener: ln, Config: &http.Server{Handler: exampleagent.NewHandler(ln.Addr().String(), log, drain)}}
 	srv.Start()
 	t.Cleanup(srv.Close)
 	return srv.URL + "/a2a", log

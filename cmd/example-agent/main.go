@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/bgjobs/bgjobs/agents/exampleagent"
+	"github.com/bgjobs/bgjobs/client"
 )
 
 func main() {
@@ -32,6 +33,8 @@ func main() {
 func run(ctx context.Context, args []string, stdout io.Writer) error {
 	fs := flag.NewFlagSet("example-agent", flag.ContinueOnError)
 	addr := fs.String("addr", "127.0.0.1:9000", "listen address")
+	drainURL := fs.String("drain-on-resume", "", "bgjobs URL: drain the session on every resume received, as the agent's next turn would")
+	key := fs.String("key", os.Getenv("BGJOBS_KEY"), "the agent's bgjobs key, for --drain-on-resume (BGJOBS_KEY)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -39,7 +42,11 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 	if err != nil {
 		return err
 	}
-	srv := &http.Server{Handler: exampleagent.NewHandler(ln.Addr().String(), stdout), ReadHeaderTimeout: 10 * time.Second}
+	var drain *client.Client
+	if *drainURL != "" {
+		drain = client.New(*drainURL, *key)
+	}
+	srv := &http.Server{Handler: exampleagent.NewHandler(ln.Addr().String(), stdout, drain), ReadHeaderTimeout: 10 * time.Second}
 	go func() {
 		<-ctx.Done()
 		shut, cancel := context.WithTimeout(context.Background(), 5*time.Second)

@@ -1,0 +1,296 @@
+// Package client is a small Go client of the bgjobs HTTP API, for Go agents:
+// spawn background work, drain its notifications at each turn, hold nudges
+// while busy, and recall reports.
+package client
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Client calls one bgjobs server.
+type Client struct {
+	// BaseURL is the server, e.g. http://127.0.0.1:8080.
+	BaseURL string
+	// Key is the agent's key (Authorization: Bearer). Empty in open mode.
+	Key string
+	// ActAs names the agent an admin key acts for (X-Bgjobs-Agent).
+	ActAs string
+	// HTTP defaults to a client with a 2-minute timeout.
+	HTTP *http.Client
+}
+
+// New returns a client for baseURL with key.
+func New(baseURL, key string) *Client {
+	return &Client{BaseURL: strings.TrimRight(baseURL, "/"), Key: key, HTTP: &http.Client{Timeout: 2 * time.Minute}}
+}
+
+// Error is an error answer of the API.
+type Error struct {
+	Status  int    `json:"-"`
+	Code    string `json:"code"`
+	Message string `json:"message"`
+	Field   string `json:"field,omitempty"`
+}
+
+func (e *Error) Error() string {
+	if e.Field != "" {
+		return fmt.Sprintf("bgjobs: %d %s: %s (field %s)", e.Status, e.Code, e.Message, e.Field)
+	}
+	return fmt.Sprintf("bgjobs: %d %s: %s", e.Status, e.Code, e.Message)
+}
+
+// Work selects a work kind and its arguments.
+type Work struct {
+	Type string `json:"type"`
+	Args any    `json:"args,omitempty"`
+}
+
+// SpawnRequest asks for one job.
+type SpawnRequest struct {
+	OriginSession string `json:"origin_session"`
+	Kind          string `json:"kind,omitempty"`
+	SubagentType  string `json:"subagent_type,omitempty"`
+	Description   string `json:"description,omitempty"`
+	Prompt        string `json:"prompt,omitempty"`
+	Work          *Work  `json:"work,omitempty"`
+	Incognito     bool   `json:"incognito,omitempty"`
+	// IdempotencyKey, when set, returns the first job for a repeat.
+	IdempotencyKey string `json:"-"`
+}
+
+// Spawned is the answer to a spawn.
+type Spawned struct {
+	ID      string  `json:"id"`
+	Status  string  `json:"status"`
+	BatchID *string `json:"batch_id"`
+	Message string  `json:"message"`
+}
+
+// Job is a job row.
+type Job struct {
+	ID            string     `json:"id"`
+	Agent         string     `json:"agent"`
+	OriginSession string     `json:"origin_session"`
+	Kind          string     `json:"kind"`
+	SubagentType  string     `json:"subagent_type,omitempty"`
+	Description   string     `json:"description"`
+	Status        string     `json:"status"`
+	Result        *string    `json:"result"`
+	Error         *string    `json:"error"`
+	Notified      bool       `json:"notified"`
+	BatchID       *string    `json:"batch_id"`
+	Incognito     bool       `json:"incognito"`
+	Attempts      int        `json:"attempts"`
+	ReportIndexed bool       `json:"report_indexed"`
+	CreatedAt     time.Time  `json:"created_at"`
+	StartedAt     *time.Time `json:"started_at"`
+	CompletedAt   *time.Time `json:"completed_at"`
+}
+
+// Notification is one result handed over by a drain.
+type Notification struct {
+	JobID       string  `json:"job_id"`
+	Status      string  `json:"status"`
+	Description string  `json:"description"`
+	BatchID     *string `json:"batch_id"`
+	Truncated   bool    `json:"truncated"`
+	Text        string  `json:"text"`
+}
+
+// BatchResult is what a fan-out spawned and skipped.
+type BatchResult struct {
+	BatchID string `json:"batch_id"`
+	Jobs    []struct {
+		Index int    `json:"index"`
+		ID    string `json:"id"`
+	} `json:"jobs"`
+	Skipped []struct {
+		Index int   `json:"index"`
+		Error Error `json:"error"`
+	} `json:"skipped"`
+}
+
+// Hit is one recall result.
+type Hit struct {
+	DocID      string    `json:"doc_id"`
+	JobID      string    `json:"job_id"`
+	Session    string    `json:"session"`
+	SourceType string    `json:"source_type"`
+	Heading    string    `json:"heading"`
+	Snippet    string    `json:"snippet"`
+	Score      float64   `json:"score"`
+	TrustTier  int       `json:"trust_tier"`
+	CreatedAt  time.Time `json:"created_at"`
+}
+
+func (c *Client) do(ctx context.Context, method, path string, body any, out any, hdr ...string) error {
+	var r io.Reader
+	if body != nil {
+		b, err := json.Marshal(body)
+		if err != nil {
+			return err
+		}
+		r = bytes.NewReader(b)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, c.BaseURL+path, r)
+	if err != nil {
+		return err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	if c.Key != "" {
+		req.Header.Set("Authorization", "Bearer "+c.Key)
+	}
+	if c.ActAs != "" {
+		req.Header.Set("X-Bgjobs-Agent", c.ActAs)
+	}
+	for i := 0; i+1 < len(hdr); i += 2 {
+		if hdr[i+1] != "" {
+			req.Header.Set(hdr[i], hdr[i+1])
+		}
+	}
+	hc := c.HTTP
+	if hc == nil {
+		hc = http.DefaultClient
+	}
+	resp, err := hc.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	raw, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return err
+	}
+	if resp.StatusCode >= 300 {
+		var e struct {
+			Error Error `json:"error"`
+		}
+		if json.Unmarshal(raw, &e) != nil || e.Error.Code == "" {
+			e.Error = Error{Code: "unknown", Message: strings.TrimSpace(string(raw))}
+		}
+		e.Error.Status = resp.StatusCode
+		return &e.Error
+	}
+	if out == nil || len(raw) == 0 {
+		return nil
+	}
+	return json.Unmarshal(raw, out)
+}
+
+// Spawn starts a job. Trust the notification: do not poll it.
+func (c *Client) Spawn(ctx context.Context, r SpawnRequest) (*Spawned, error) {
+	var out Spawned
+	return &out, c.do(ctx, http.MethodPost, "/v1/jobs", r, &out, "Idempotency-Key", r.IdempotencyKey)
+}
+
+// Batch fans out jobs of one session as one batch.
+func (c *Client) Batch(ctx context.Context, session string, jobs []SpawnRequest) (*BatchResult, error) {
+	var out BatchResult
+	return &out, c.do(ctx, http.MethodPost, "/v1/batches", map[string]any{"origin_session": session, "jobs": jobs}, &out)
+}
+
+// Get reads a job.
+func (c *Client) Get(ctx context.Context, id string) (*Job, error) {
+	var out Job
+	return &out, c.do(ctx, http.MethodGet, "/v1/jobs/"+url.PathEscape(id), nil, &out)
+}
+
+// Cancel stops a job.
+func (c *Client) Cancel(ctx context.Context, id string) (*Job, error) {
+	var out Job
+	return &out, c.do(ctx, http.MethodPost, "/v1/jobs/"+url.PathEscape(id)+"/cancel", nil, &out)
+}
+
+// Ack marks a result consumed another way; it reports whether this call did.
+func (c *Client) Ack(ctx context.Context, id string) (bool, error) {
+	var out struct {
+		Acked bool `json:"acked"`
+	}
+	return out.Acked, c.do(ctx, http.MethodPost, "/v1/jobs/"+url.PathEscape(id)+"/ack", nil, &out)
+}
+
+// List returns a page of the session's jobs (all sessions when empty).
+func (c *Client) List(ctx context.Context, session, status string, limit int, cursor string) ([]Job, string, error) {
+	q := url.Values{}
+	for k, v := range map[string]string{"session": session, "status": status, "cursor": cursor} {
+		if v != "" {
+			q.Set(k, v)
+		}
+	}
+	if limit > 0 {
+		q.Set("limit", strconv.Itoa(limit))
+	}
+	var out struct {
+		Jobs       []Job   `json:"jobs"`
+		NextCursor *string `json:"next_cursor"`
+	}
+	if err := c.do(ctx, http.MethodGet, "/v1/jobs?"+q.Encode(), nil, &out); err != nil {
+		return nil, "", err
+	}
+	next := ""
+	if out.NextCursor != nil {
+		next = *out.NextCursor
+	}
+	return out.Jobs, next, nil
+}
+
+// Drain hands over every ended, unnotified job of the session, once. Pass
+// the same idemKey when retrying a drain whose answer was lost.
+func (c *Client) Drain(ctx context.Context, session, idemKey string) ([]Notification, error) {
+	var out struct {
+		Notifications []Notification `json:"notifications"`
+	}
+	err := c.do(ctx, http.MethodPost, "/v1/sessions/"+session+"/drain", nil, &out, "Idempotency-Key", idemKey)
+	return out.Notifications, err
+}
+
+// Busy holds resumes for the session for ttl (a turn is running).
+func (c *Client) Busy(ctx context.Context, session string, ttl time.Duration) error {
+	return c.do(ctx, http.MethodPost, "/v1/sessions/"+session+"/busy", map[string]int{"ttl_s": int(ttl.Seconds())}, nil)
+}
+
+// Idle ends the busy lease; one coalesced resume follows if anything waits.
+func (c *Client) Idle(ctx context.Context, session string) error {
+	return c.do(ctx, http.MethodPost, "/v1/sessions/"+session+"/idle", nil, nil)
+}
+
+// Recall searches the agent's reports and documents.
+func (c *Client) Recall(ctx context.Context, query, session string, limit int) ([]Hit, int, error) {
+	q := url.Values{"q": {query}}
+	if session != "" {
+		q.Set("session", session)
+	}
+	if limit > 0 {
+		q.Set("limit", strconv.Itoa(limit))
+	}
+	var out struct {
+		Total int   `json:"total"`
+		Hits  []Hit `json:"hits"`
+	}
+	err := c.do(ctx, http.MethodGet, "/v1/recall?"+q.Encode(), nil, &out)
+	return out.Hits, out.Total, err
+}
+
+// AgentConfig is where bgjobs reaches an agent.
+type AgentConfig struct {
+	A2AURL        string            `json:"a2a_url,omitempty"`
+	Resume        string            `json:"resume,omitempty"`
+	WebhookURL    string            `json:"webhook_url,omitempty"`
+	WebhookSecret string            `json:"webhook_secret,omitempty"`
+	AutoResume    *bool             `json:"auto_resume,omitempty"`
+	SubagentTypes map[string]string `json:"subagent_types,omitempty"`
+}
+
+// PutAgent registers an agent.
+func (c *Client) PutAgent(ctx context.Context, name string, a AgentConfig) error {
+	return c.do(ctx, http.MethodPut, "/v1/agents/"+url.PathEscape(name), a, nil)
+}
