@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"net/http"
 	"strconv"
+	"time"
 
 	"github.com/labstack/echo/v4"
 
@@ -35,10 +36,10 @@ func spawnMessage(id string) string {
 }
 
 func (b spawnBody) request(agent, idemKey string) (tasks.SpawnRequest, error) {
-	if b.WaitMS != 0 {
-		return tasks.SpawnRequest{}, bgjobs.FieldError("wait_ms", "waiting on spawn is not available in this version; spawn and drain")
+	if b.WaitMS < 0 || time.Duration(b.WaitMS)*time.Millisecond > tasks.WaitMax {
+		return tasks.SpawnRequest{}, bgjobs.FieldError("wait_ms", "between 0 and %d", tasks.WaitMax.Milliseconds())
 	}
-	return tasks.SpawnRequest{
+	return tasks.SpawnRequest{Wait: time.Duration(b.WaitMS) * time.Millisecond,
 		Agent: agent, OriginSession: b.OriginSession, Kind: tasks.Kind(b.Kind),
 		SubagentType: b.SubagentType, Description: b.Description, Prompt: b.Prompt,
 		Work: b.Work, Incognito: b.Incognito, IdempotencyKey: idemKey,
@@ -63,9 +64,16 @@ func handleSpawn(m *tasks.Manager) echo.HandlerFunc {
 		if err != nil {
 			return err
 		}
-		j, existed, err := m.Spawn(c.Request().Context(), req)
+		j, existed, delivered, err := m.SpawnAndWait(c.Request().Context(), req)
 		if err != nil {
+			if j != nil && c.Request().Context().Err() != nil {
+				return nil // the client hung up; the job carries on in the background
+			}
 			return err
+		}
+		if delivered {
+			// It ended within the budget: the caller has the result now.
+			return c.JSON(http.StatusOK, j)
 		}
 		status := http.StatusAccepted
 		if existed {

@@ -66,7 +66,9 @@ type Job struct {
 	Attempts      int             `json:"attempts"`
 	ReportIndexed bool            `json:"report_indexed"`
 	// Generation counts operator retries; 0 for a job never retried.
-	Generation  int        `json:"generation,omitempty"`
+	Generation int `json:"generation,omitempty"`
+	// waitUntil is set while a caller waits for the job (wait_ms).
+	waitUntil   time.Time
 	CreatedAt   time.Time  `json:"created_at"`
 	StartedAt   *time.Time `json:"started_at"`
 	CompletedAt *time.Time `json:"completed_at"`
@@ -82,7 +84,7 @@ const (
 	fBatch, fIncognito, fAttempts       = "batch_id", "incognito", "attempts"
 	fCreated, fStarted, fCompleted      = "created_at", "started_at", "completed_at"
 	fReportIndexed, fHasResult, fHasErr = "report_indexed", "has_result", "has_error"
-	fGeneration                         = "generation"
+	fGeneration, fWaitUntil             = "generation", "wait_until"
 )
 
 // jobFromHash turns a job hash into a Job. Times are unix milliseconds.
@@ -117,6 +119,9 @@ func jobFromHash(h map[string]string) *Job {
 	}
 	j.Attempts, _ = strconv.Atoi(h[fAttempts])
 	j.Generation, _ = strconv.Atoi(h[fGeneration])
+	if s := h[fWaitUntil]; s != "" {
+		j.waitUntil = msTime(s)
+	}
 	j.CreatedAt = msTime(h[fCreated])
 	if s := h[fStarted]; s != "" {
 		t := msTime(s)

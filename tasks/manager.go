@@ -156,6 +156,8 @@ type SpawnRequest struct {
 	// Invalid, when set, is why a batch spec could not even be read; the
 	// batch reports it as skipped.
 	Invalid *bgjobs.Error
+	// Wait is how long SpawnAndWait waits for the job to end.
+	Wait time.Duration
 }
 
 // spawnIdemTTL is how long an Idempotency-Key on spawn returns the first job.
@@ -167,6 +169,9 @@ func (m *Manager) Spawn(ctx context.Context, req SpawnRequest) (job *Job, existe
 	j, err := m.checkSpawn(ctx, req)
 	if err != nil {
 		return nil, false, err
+	}
+	if req.Wait > 0 {
+		j.waitUntil = j.CreatedAt.Add(req.Wait)
 	}
 	if req.IdempotencyKey != "" {
 		prior, err := m.claimIdempotency(ctx, req.Agent, req.IdempotencyKey, j.ID)

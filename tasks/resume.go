@@ -122,7 +122,7 @@ func (m *Manager) pump(ctx context.Context, tag string) error {
 	for _, z := range entries {
 		entry, _ := z.Member.(string)
 		if err := m.follow(ctx, tag, entry, int64(z.Score)); err != nil {
-			if errors.Is(err, errAwaitingIndex) {
+			if errors.Is(err, errAwaitingIndex) || errors.Is(err, errAwaitingWaiter) {
 				continue // the indexer moves it on
 			}
 			m.log.Warn("outbox entry will be retried", slog.String("entry", entry), slog.Any("err", err))
@@ -161,13 +161,21 @@ func (m *Manager) follow(ctx context.Context, tag, entry string, at int64) error
 	kind, ref, _ := strings.Cut(entry, "|")
 	agent, session := splitTag(tag)
 	switch kind {
-	case "r":
+	case "r", "w":
 		if !m.mayResume(ctx, agent, session) {
 			return nil
 		}
 		j, err := m.store.load(ctx, tag, ref)
 		if err != nil || j == nil || j.Incognito {
 			return err
+		}
+		if kind == "w" {
+			if m.now().Before(j.waitUntil.Add(waitGrace)) {
+				return errAwaitingWaiter // its caller may still take it
+			}
+			if j.Notified {
+				return nil // the caller took it and died before tidying up
+			}
 		}
 		if m.needsIndex(j) && !j.ReportIndexed && m.indexerAlive(ctx) && m.now().Sub(*j.CompletedAt) < indexGrace {
 			return errAwaitingIndex // the drain would hold it back: nudge once it is there

@@ -57,6 +57,9 @@ return 1
 //	s|<batch id>  the batch's first member settled: arm its straggler timer
 //	i|<job id>    a turn's report, to be appended to the reports stream (not
 //	              for incognito jobs or background:* sessions)
+//	w|<job id>    like r|, but a caller is waiting for this job (wait_ms) until
+//	              the row's wait_until: the waiter takes the result and the
+//	              entry is dropped, or it lets go and the entry becomes r|
 //
 // A batch member counts once, here, because only the call that moves it to a
 // terminal state gets this far.
@@ -97,14 +100,16 @@ local function record(entry)
   redis.call('ZADD', KEYS[3], ARGV[6], entry)
   out[#out + 1] = entry
 end
-local row = redis.call('HMGET', KEYS[1], 'kind', 'incognito', 'origin_session', 'batch_id')
+local row = redis.call('HMGET', KEYS[1], 'kind', 'incognito', 'origin_session', 'batch_id', 'wait_until')
+local announce = 'r|'
+if row[5] and tonumber(row[5]) > tonumber(ARGV[6]) then announce = 'w|' end
 if ARGV[1] == 'completed' and ARGV[2] == '1' and row[1] == 'turn' and row[2] ~= '1'
    and string.sub(row[3], 1, 11) ~= 'background:' then
   record('i|' .. id)
 end
 local bid = row[4]
 if not bid or bid == '' then
-  if ARGV[9] == '1' then record('r|' .. id) end
+  if ARGV[9] == '1' then record(announce .. id) end
   return out
 end
 local bkey = ARGV[8] .. 'batch:' .. bid
@@ -244,6 +249,8 @@ if not repeated then
       held = f[1] == 'turn' and f[2] == '1' and f[3] ~= '1' and f[4] ~= '1' and f[6] == 'completed'
         and tonumber(f[5] or '0') > tonumber(ARGV[8]) and redis.call('HSTRLEN', k, 'result') > tonumber(ARGV[7])
     end
+    local wait = redis.call('HGET', k, 'wait_until')
+    if wait and tonumber(wait) > tonumber(ARGV[5]) then held = true end
     if not held then redis.call('ZREM', KEYS[1], id) end
     local st = redis.call('HGET', k, 'status')
     if not held and st and terminal(st) and redis.call('HGET', k, 'notified') ~= '1' then
@@ -354,4 +361,39 @@ if bid and bid ~= '' then
   redis.call('HINCRBY', bkey, st, -1)
 end
 return 1
+`)
+
+// releaseWaitCmd ends a caller's wait on a job (wait_ms). If the caller took
+// the result, the job is marked notified and its held announcement dropped;
+// if it let go (budget spent, connection gone), the held announcement
+// becomes an ordinary one for the pump, and the job drains as usual.
+//
+// KEYS[1] -> job hash
+// KEYS[2] -> session pending zset
+// KEYS[3] -> session outbox zset
+// ARGV[1] -> "take" or "release"
+// ARGV[2] -> now (ms)
+// ARGV[3] -> retention (s) of a notified row
+//
+// Returns 1 if the caller took the result, 2 if an announcement was handed
+// back to the pump, 0 otherwise.
+var releaseWaitCmd = redis.NewScript(luaTerminal + `
+local id = redis.call('HGET', KEYS[1], 'id')
+if not id then return 0 end
+redis.call('HDEL', KEYS[1], 'wait_until')
+local held = redis.call('ZSCORE', KEYS[3], 'w|' .. id)
+if ARGV[1] == 'take' and terminal(redis.call('HGET', KEYS[1], 'status'))
+   and redis.call('HGET', KEYS[1], 'notified') ~= '1' then
+  redis.call('HSET', KEYS[1], 'notified', '1', 'notified_at', ARGV[2])
+  redis.call('ZREM', KEYS[2], id)
+  redis.call('EXPIRE', KEYS[1], ARGV[3])
+  redis.call('ZREM', KEYS[3], 'w|' .. id)
+  return 1
+end
+if held then
+  redis.call('ZREM', KEYS[3], 'w|' .. id)
+  redis.call('ZADD', KEYS[3], held, 'r|' .. id)
+  return 2
+end
+return 0
 `)

@@ -70,6 +70,9 @@ func (s *Store) queueCreate(ctx context.Context, p redis.Pipeliner, j *Job) []re
 	if j.BatchID != nil {
 		fields[fBatch] = *j.BatchID
 	}
+	if !j.waitUntil.IsZero() {
+		fields[fWaitUntil] = ms(j.waitUntil)
+	}
 	score := float64(j.CreatedAt.UnixMilli())
 	return []redis.Cmder{
 		p.HSet(ctx, s.k.job(tag, j.ID), fields),

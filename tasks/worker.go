@@ -41,7 +41,7 @@ func (m *Manager) settle(ctx context.Context, j *Job, o Outcome) (bool, error) {
 	// One that cannot go yet (a report not yet searchable) or fails is
 	// moved on later by the indexer or the reconciler's sweep.
 	for _, entry := range entries {
-		if err := m.pumpEntry(ctx, Tag(j.Agent, j.OriginSession), entry, now.UnixMilli()); err != nil && !errors.Is(err, errAwaitingIndex) {
+		if err := m.pumpEntry(ctx, Tag(j.Agent, j.OriginSession), entry, now.UnixMilli()); err != nil && !errors.Is(err, errAwaitingIndex) && !errors.Is(err, errAwaitingWaiter) {
 			m.log.Warn("follow-up after settle", slog.String("job_id", j.ID), slog.String("entry", entry), slog.Any("err", err))
 		}
 	}
