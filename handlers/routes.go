@@ -69,6 +69,7 @@ func addRoutes(e *echo.Echo, d Deps, auth *authenticator) {
 	v1.POST("/batches", handleSpawnBatch(m))
 	v1.GET("/batches/:id", handleGetBatch(m))
 
+	v1.GET("/events", handleEvents(m))
 	v1.GET("/recall", handleRecall(mem))
 	v1.POST("/knowledge", handleKnowledge(m, mem))
 

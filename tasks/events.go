@@ -3,7 +3,10 @@ package tasks
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"log/slog"
+	"maps"
+	"strings"
 	"sync"
 	"time"
 
@@ -150,4 +153,66 @@ func (s *sink) close() {
 	}
 	s.mu.Unlock()
 	<-s.done
+}
+
+// StreamEvent is one entry of an agent's event stream: its id (usable as an
+// SSE Last-Event-ID), type and JSON body.
+type StreamEvent struct {
+	ID   string
+	Type string
+	Data string
+}
+
+// ReadEvents returns the events of the agents' streams after the given ids
+// (one per agent, "0" for the beginning, "$" for only new ones), blocking
+// up to block for the first. An empty result means none came.
+func (m *Manager) ReadEvents(ctx context.Context, after map[string]string, block time.Duration) ([]StreamEvent, map[string]string, error) {
+	streams := make([]string, 0, 2*len(after))
+	agents := make([]string, 0, len(after))
+	for a := range after {
+		agents = append(agents, a)
+		streams = append(streams, m.k.eventStream(a))
+	}
+	for _, a := range agents {
+		streams = append(streams, after[a])
+	}
+	res, err := m.rdb.XRead(ctx, &redis.XReadArgs{Streams: streams, Count: 500, Block: block}).Result()
+	if errors.Is(err, redis.Nil) {
+		return nil, after, nil
+	}
+	if err != nil {
+		return nil, after, err
+	}
+	next := maps.Clone(after)
+	var out []StreamEvent
+	for _, s := range res {
+		agent := strings.TrimSuffix(strings.TrimPrefix(s.Stream, m.k.ns+":events:"), ":stream")
+		for _, msg := range s.Messages {
+			typ, _ := msg.Values["type"].(string)
+			data, _ := msg.Values["data"].(string)
+			out = append(out, StreamEvent{ID: msg.ID, Type: typ, Data: data})
+			next[agent] = msg.ID
+		}
+	}
+	return out, next, nil
+}
+
+// LastEventID returns the newest event id of an agent's stream, or "0-0".
+func (m *Manager) LastEventID(ctx context.Context, agent string) (string, error) {
+	msgs, err := m.rdb.XRevRangeN(ctx, m.k.eventStream(agent), "+", "-", 1).Result()
+	if err != nil || len(msgs) == 0 {
+		return "0-0", err
+	}
+	return msgs[0].ID, nil
+}
+
+// EventAgents lists the agents that have an event stream, for an admin
+// watching everyone.
+func (m *Manager) EventAgents(ctx context.Context) ([]string, error) {
+	var out []string
+	iter := m.rdb.Scan(ctx, 0, m.k.ns+":events:*:stream", 200).Iterator()
+	for iter.Next(ctx) {
+		out = append(out, strings.TrimSuffix(strings.TrimPrefix(iter.Val(), m.k.ns+":events:"), ":stream"))
+	}
+	return out, iter.Err()
 }

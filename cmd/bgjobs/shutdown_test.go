@@ -88,3 +88,10 @@ func TestGracefulShutdown(t *testing.T) {
 		return j.Status == tasks.StatusRunning && j.Attempts == 2
 	})
 }
+
+// testenvRedis is the Redis URL a test's server processes share: a private
+// redis-server.
+func testenvRedis(t *testing.T) string {
+	t.Helper()
+	return testenv.StartRedisServer(t).URL()
+}

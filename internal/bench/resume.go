@@ -133,7 +133,10 @@ func Resume(ctx context.Context, o Options, out io.Writer) error {
 		fmt.Fprintf(out, "  %-10s p50 %6.1f ms   p99 %6.1f ms   (goal p50 ≤ 20 ms, p99 ≤ 100 ms)\n",
 			target.name, ms(percentile(lat, 0.50)), ms(percentile(lat, 0.99)))
 	}
-	return fanOutJoin(ctx, m, api, arr, out)
+	if err := fanOutJoin(ctx, m, api, arr, out); err != nil {
+		return err
+	}
+	return waitLatency(ctx, api, o.Samples, out)
 }
 
 func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
@@ -245,5 +248,34 @@ func fanOutJoin(ctx context.Context, m *tasks.Manager, api string, arr *arrivals
 	}
 	fmt.Fprintf(out, "\nfan-out of %d members\n  spawned in one call: %6.1f ms (goal ≤ 250 ms)\n  last settle → join resume received: %6.1f ms\n",
 		size, ms(took), ms(joinAt.Sub(last)))
+	return nil
+}
+
+// waitLatency measures how long a 0 ms echo spawned with wait_ms takes to
+// answer over HTTP, one at a time.
+func waitLatency(ctx context.Context, api string, n int, out io.Writer) error {
+	body := []byte(`{"origin_session":"wait","kind":"work","description":"w","wait_ms":2000,"work":{"type":"echo","args":{"text":"x"}}}`)
+	var lat []time.Duration
+	for range n {
+		start := time.Now()
+		req, err := http.NewRequestWithContext(ctx, http.MethodPost, api+"/v1/jobs", bytes.NewReader(body))
+		if err != nil {
+			return err
+		}
+		req.Header.Set("Content-Type", "application/json")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			return err
+		}
+		_, _ = io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			return fmt.Errorf("wait_ms spawn answered %d, not 200", resp.StatusCode)
+		}
+		lat = append(lat, time.Since(start))
+		time.Sleep(20 * time.Millisecond)
+	}
+	fmt.Fprintf(out, "\nspawn with wait_ms, 0 ms echo, %d one at a time\n  answered in p50 %6.1f ms   p99 %6.1f ms   (goal p50 ≤ 10 ms)\n",
+		n, ms(percentile(lat, 0.5)), ms(percentile(lat, 0.99)))
 	return nil
 }

@@ -1,0 +1,117 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+type sseEvent struct {
+	ID, Type string
+	Data     map[string]any
+}
+
+// sseRead connects to /v1/events and sends what arrives until ctx ends.
+func sseRead(t *testing.T, ctx context.Context, base, lastID string) <-chan sseEvent {
+	t.Helper()
+	req, err := http.NewRequestWithContext(ctx, "GET", base+"/v1/events", nil)
+	require.NoError(t, err)
+	if lastID != "" {
+		req.Header.Set("Last-Event-ID", lastID)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+	require.Equal(t, "text/event-stream", resp.Header.Get("Content-Type"))
+	out := make(chan sseEvent, 100)
+	go func() {
+		defer resp.Body.Close()
+		defer close(out)
+		sc := bufio.NewScanner(resp.Body)
+		var e sseEvent
+		for sc.Scan() {
+			line := sc.Text()
+			switch {
+			case strings.HasPrefix(line, "id: "):
+				e.ID = strings.TrimPrefix(line, "id: ")
+			case strings.HasPrefix(line, "event: "):
+				e.Type = strings.TrimPrefix(line, "event: ")
+			case strings.HasPrefix(line, "data: "):
+				_ = json.Unmarshal([]byte(strings.TrimPrefix(line, "data: ")), &e.Data)
+			case line == "" && e.ID != "":
+				out <- e
+				e = sseEvent{}
+			}
+		}
+	}()
+	return out
+}
+
+func collect(t *testing.T, ch <-chan sseEvent, n int) []sseEvent {
+	t.Helper()
+	var got []sseEvent
+	timeout := time.After(15 * time.Second)
+	for len(got) < n {
+		select {
+		case e, ok := <-ch:
+			require.True(t, ok, "stream ended after %d events", len(got))
+			got = append(got, e)
+		case <-timeout:
+			t.Fatalf("got %d of %d events", len(got), n)
+		}
+	}
+	return got
+}
+
+// SSE: a job finished by one server process reaches a client connected to
+// another; a reconnect with Last-Event-ID replays what was missed, in order.
+func TestEventsAcrossProcessesAndReconnects(t *testing.T) {
+	t.Parallel()
+	srv := testenvRedis(t)
+	one, _ := serveOn(t, srv, map[string]string{"BGJOBS_AUTO_RESUME": "false"})
+	two, _ := serveOn(t, srv, map[string]string{"BGJOBS_AUTO_RESUME": "false"})
+
+	ctx, cancel := context.WithCancel(context.Background())
+	live := sseRead(t, ctx, two, "")
+	c1 := client{t: t, base: one}
+	_, j := c1.do("POST", "/v1/jobs", echoJob("chat-e", "seen", false))
+	id := j["id"].(string)
+	got := collect(t, live, 3)
+	require.Equal(t, []string{"background.started", "background.running", "background.completed"}, []string{got[0].Type, got[1].Type, got[2].Type})
+	for _, e := range got {
+		require.Equal(t, id, e.Data["job_id"])
+		require.Equal(t, "default", e.Data["agent"])
+		require.Equal(t, "chat-e", e.Data["origin_session"])
+	}
+	require.Equal(t, "completed", got[2].Data["status"])
+	require.Equal(t, "seen", got[2].Data["result"])
+	cancel()
+
+	// Missed while disconnected: two more jobs.
+	lastSeen := got[2].ID
+	var missed []string
+	for _, text := range []string{"m1", "m2"} {
+		_, j := c1.do("POST", "/v1/jobs", echoJob("chat-e", text, false))
+		missed = append(missed, j["id"].(string))
+		c1.waitStatus(j["id"].(string), "completed")
+	}
+	ctx2, cancel2 := context.WithCancel(context.Background())
+	defer cancel2()
+	replay := collect(t, sseRead(t, ctx2, two, lastSeen), 6)
+	var order []string
+	for i, e := range replay {
+		require.Equal(t, missed[i/3], e.Data["job_id"], "in order")
+		order = append(order, e.Type)
+		if i > 0 {
+			require.Greater(t, e.ID, replay[i-1].ID)
+		}
+	}
+	require.Equal(t, []string{"background.started", "background.running", "background.completed",
+		"background.started", "background.running", "background.completed"}, order)
+}
