@@ -68,6 +68,7 @@ type SpawnInput struct {
 	Kind          string          `json:"kind,omitempty" jsonschema:"turn (default) or work"`
 	Work          *tasks.WorkSpec `json:"work,omitempty" jsonschema:"for kind work: the registered work type and its args"`
 	Incognito     bool            `json:"incognito,omitempty" jsonschema:"keep the report out of memory and send no resume"`
+	WaitMS        int             `json:"wait_ms,omitempty" jsonschema:"wait up to this many milliseconds (at most 120000): a job that ends in time returns its result here and is not notified again"`
 }
 
 // BatchInput is task_batch's input.
@@ -141,9 +142,21 @@ func NewServer(ctx context.Context, m *tasks.Manager, mem Recaller, agent string
 	}
 	mcp.AddTool(s, &mcp.Tool{Name: "spawn_background", Description: SpawnDescription, InputSchema: spawnSchema},
 		func(ctx context.Context, _ *mcp.CallToolRequest, in SpawnInput) (*mcp.CallToolResult, any, error) {
-			j, _, err := m.Spawn(ctx, in.request(agent, in.OriginSession))
+			req := in.request(agent, in.OriginSession)
+			req.Wait = time.Duration(in.WaitMS) * time.Millisecond
+			j, _, delivered, err := m.SpawnAndWait(ctx, req)
 			if err != nil {
 				return toolError(err)
+			}
+			if delivered {
+				out := ""
+				switch {
+				case j.Result != nil:
+					out = *j.Result
+				case j.Error != nil:
+					out = "Error: " + *j.Error
+				}
+				return text(fmt.Sprintf("Job %s %s within the wait:\n%s", j.ID, j.Status, out)), nil, nil
 			}
 			return text(fmt.Sprintf("Background agent started: %s. You will be notified when it completes — do NOT poll, check, or spawn a duplicate; continue with other work.", j.ID)), nil, nil
 		})

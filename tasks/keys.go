@@ -23,6 +23,9 @@ import (
 //	<ns>:reports                          stream every indexable document (the search feed; never trimmed)
 //	<ns>:indexer                          string set while a search writer runs (TTL)
 //	<ns>:apikeys                          hash   SHA-256 of an agent key (hex) → agent
+//	<ns>:{<agent>/<session>}:stormwin     string the resume storm guard's open window (PX)
+//	<ns>:{<agent>/<session>}:stormq       zset   singleton resumes merging behind the window
+//	<ns>:{<agent>/<session>}:inflight     string a resume of this session is being delivered (PX)
 //	<ns>:jobidx                           hash   job id → tag (lookup by id)
 //	<ns>:active                           zset   job ids not yet terminal, for the reconciler (score = created_at ms)
 //	<ns>:turnsem                          zset   running turns → lease expiry ms (the global cap)
@@ -53,6 +56,10 @@ func (k keys) batchIndex() string                 { return k.ns + ":batchidx" }
 func (k keys) reports() string                    { return k.ns + ":reports" }
 func (k keys) indexerAlive() string               { return k.ns + ":indexer" }
 func (k keys) apiKeys() string                    { return k.ns + ":apikeys" }
+func (k keys) stormWindow(tag string) string      { return k.session(tag) + ":stormwin" }
+func (k keys) stormQueue(tag string) string       { return k.session(tag) + ":stormq" }
+func (k keys) stormPattern() string               { return k.ns + ":{*}:stormq" }
+func (k keys) inflight(tag string) string         { return k.session(tag) + ":inflight" }
 func (k keys) active() string                     { return k.ns + ":active" }
 func (k keys) turnSem() string                    { return k.ns + ":turnsem" }
 func (k keys) agents() string                     { return k.ns + ":agents" }

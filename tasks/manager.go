@@ -69,6 +69,7 @@ type Manager struct {
 	agents  *agentCache
 	sink    *sink
 	alive   aliveCache
+	storm   stormTimers
 	now     func() time.Time
 	log     *slog.Logger
 }
@@ -107,6 +108,7 @@ func NewManager(rdb redis.UniversalClient, cfg bgjobs.Config, d Deps) *Manager {
 // Close flushes pending follow-up writes and releases the asynq client; the
 // Redis client stays the caller's. Stop workers first.
 func (m *Manager) Close() error {
+	m.stopStorms()
 	m.sink.close()
 	return m.aq.Close()
 }

@@ -51,6 +51,14 @@ const (
 	foldJobsMax = 100
 )
 
+// errNudgeInFlight defers a resume while another of its session is being
+// delivered.
+var errNudgeInFlight = errors.New("another resume of this session is being delivered")
+
+// inflightTTL bounds a delivery's hold on its session, should the process
+// die mid-send.
+const inflightTTL = 30 * time.Second
+
 // Counts are a resume's per-status tallies.
 type Counts struct {
 	Completed int `json:"completed"`
@@ -187,6 +195,12 @@ func (m *Manager) follow(ctx context.Context, tag, entry string, at int64) error
 			// A retried job's new outcome is news: its own ids.
 			taskID, msgID = fmt.Sprintf("%s:r%d", taskID, g), fmt.Sprintf("%s-r%d", msgID, g)
 		}
+		if m.cfg.ResumeCoalesce > 0 && j.BatchID == nil {
+			send, err := m.stormGate(ctx, tag, j.ID)
+			if err != nil || !send {
+				return err // merged into the window's nudge
+			}
+		}
 		return m.enqueueResume(ctx, agent, session, taskID, msgID, meta)
 	case "j":
 		b, err := m.loadBatch(ctx, tag, ref)
@@ -218,6 +232,29 @@ func (m *Manager) follow(ctx context.Context, tag, entry string, at int64) error
 			return nil
 		}
 		return err
+	case "c":
+		if !m.mayResume(ctx, agent, session) {
+			return nil
+		}
+		ids := strings.Split(ref, ",")
+		meta := ResumeMeta{Trigger: ids[0], Jobs: []string{}}
+		for _, id := range ids {
+			j, err := m.store.load(ctx, tag, id)
+			if err != nil {
+				return err
+			}
+			if j == nil || j.Incognito {
+				continue
+			}
+			meta.Jobs = append(meta.Jobs, id)
+			meta.Counts.add(j.Status, 1)
+		}
+		if len(meta.Jobs) == 0 {
+			return nil
+		}
+		// The oldest merged job never had a nudge of its own: its id names
+		// this one, so a repeat of the pump is a no-op.
+		return m.enqueueResume(ctx, agent, session, "storm:"+ids[0], "resume-"+ids[0], meta)
 	case "f":
 		if !m.mayResume(ctx, agent, session) {
 			return nil
@@ -332,6 +369,16 @@ func (m *Manager) ProcessResume(ctx context.Context, t *asynq.Task) error {
 	if m.resumer == nil {
 		return fmt.Errorf("%w: this process cannot send resumes", asynq.SkipRetry)
 	}
+	// One nudge in flight per session: a second waits its turn (asynq
+	// tries it again shortly, not counting it as a failure).
+	lock := m.k.inflight(tag)
+	if ok, err := m.rdb.SetNX(ctx, lock, p.MessageID, inflightTTL).Result(); err != nil {
+		return err
+	} else if !ok {
+		return errNudgeInFlight
+	}
+	defer m.rdb.Eval(context.WithoutCancel(ctx), `if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end return 0`,
+		[]string{lock}, p.MessageID)
 	if err := m.resumer.SendResume(ctx, a, p.Session, p.MessageID, p.Meta); err != nil {
 		metrics.Resumes.WithLabelValues("failed").Inc()
 		return err
@@ -448,6 +495,9 @@ func (m *Manager) endBusy(ctx context.Context, tag, mode string) (bool, error) {
 // and its pump left behind. The reconciler runs it at start and on every
 // sweep.
 func (m *Manager) PumpAll(ctx context.Context) error {
+	if err := m.sweepStorms(ctx); err != nil {
+		m.log.Warn("storm sweep", slog.Any("err", err))
+	}
 	prefix := m.cfg.Namespace + ":{"
 	iter := m.rdb.Scan(ctx, 0, m.k.outboxPattern(), 500).Iterator()
 	var first error

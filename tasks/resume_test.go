@@ -331,3 +331,60 @@ func TestOutboxSurvivesACrashAfterSettle(t *testing.T) {
 	require.Len(t, rr.all(), 1)
 	require.Equal(t, "resume-"+j.ID, rr.all()[0].MessageID)
 }
+
+// The storm guard: 50 jobs of one session ending within ~100 ms make at
+// most a few nudges — the first at once, the rest merged at the window's
+// end (bound: 3, should they straddle windows) — listing every job once;
+// each job drains once. With the guard off each job sends its own.
+func TestResumeStormGuard(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		desc       string
+		window     time.Duration
+		minResumes int
+		maxResumes int
+	}{
+		{desc: "guard on", window: 250 * time.Millisecond, minResumes: 1, maxResumes: 3},
+		{desc: "guard off", window: 0, minResumes: 50, maxResumes: 50},
+	} {
+		t.Run(tc.desc, func(t *testing.T) {
+			t.Parallel()
+			rr := &recordingResumer{}
+			b := setup(t, withResumer(rr), func(c *bgjobs.Config, _ *Deps) { c.ResumeCoalesce = tc.window; c.WorkConcurrency = 50 })
+			b.registerAgent(t, nil)
+			ctx := context.Background()
+			var ids []string
+			for i := range 50 {
+				ids = append(ids, b.spawn(t, echoSpawn("chat-storm", fmt.Sprint(i), 0, false)).ID)
+			}
+			b.startWorker(t) // all 50 are queued: they end together
+			seen := func() map[string]int {
+				c := map[string]int{}
+				for _, r := range rr.all() {
+					for _, id := range r.Meta.Jobs {
+						c[id]++
+					}
+				}
+				return c
+			}
+			testenv.Eventually(t, 15*time.Second, "every job announced", func() bool { return len(seen()) == 50 })
+			time.Sleep(700 * time.Millisecond)
+			got := rr.all()
+			require.GreaterOrEqual(t, len(got), tc.minResumes)
+			require.LessOrEqual(t, len(got), tc.maxResumes)
+			for id, n := range seen() {
+				require.Equal(t, 1, n, "job %s listed once", id)
+			}
+			total := 0
+			for _, r := range got {
+				require.Equal(t, len(r.Meta.Jobs), r.Meta.Counts.Completed, "counts match the list")
+				total += len(r.Meta.Jobs)
+			}
+			require.Equal(t, 50, total)
+			ns, err := b.m.Drain(ctx, "alpha", "chat-storm", "")
+			require.NoError(t, err)
+			require.Len(t, ns, 50)
+			_ = ids
+		})
+	}
+}

@@ -397,3 +397,53 @@ if held then
 end
 return 0
 `)
+
+// stormCmd is the resume storm guard's gate for a singleton resume: the
+// first of a session goes at once and opens a window; those that follow
+// within it wait in the session's storm queue for one merged nudge at the
+// window's end.
+//
+// KEYS[1] -> session storm window (string: the window's end, ms; the key
+//            outlives it by a minute, to clean itself up)
+// KEYS[2] -> session storm queue zset (job id → ms)
+// ARGV[1] -> job id
+// ARGV[2] -> now (ms)
+// ARGV[3] -> window (ms)
+//
+// Returns 1 to send now (the window is opened), or the window's remaining
+// ms (≥ 0) when the job was queued behind it — negated, as -1 - remaining.
+var stormCmd = redis.NewScript(`
+local till = tonumber(redis.call('GET', KEYS[1]) or '0')
+local now = tonumber(ARGV[2])
+if till > now then
+  redis.call('ZADD', KEYS[2], ARGV[2], ARGV[1])
+  return -1 - (till - now)
+end
+redis.call('SET', KEYS[1], now + tonumber(ARGV[3]), 'PX', tonumber(ARGV[3]) + 60000)
+return 1
+`)
+
+// stormFlushCmd ends a storm window: everything queued behind it becomes
+// one outbox entry, c|<id>,<id>,…, and a new window opens so that what
+// follows merges again. A window with nothing queued is left to expire.
+//
+// KEYS[1] -> session storm window
+// KEYS[2] -> session storm queue zset
+// KEYS[3] -> session outbox zset
+// ARGV[1] -> now (ms)
+// ARGV[2] -> window (ms)
+// ARGV[3] -> "1" to flush even if the window is still open (a sweep after a crash)
+//
+// Returns {entry, 0} with the outbox entry recorded ("" if there was
+// nothing to merge), or {"", ms} while the window is still open for ms.
+var stormFlushCmd = redis.NewScript(`
+local left = tonumber(redis.call('GET', KEYS[1]) or '0') - tonumber(ARGV[1])
+if ARGV[3] ~= '1' and left > 0 then return {'', left} end
+local ids = redis.call('ZRANGE', KEYS[2], 0, -1)
+if #ids == 0 then return {'', 0} end
+redis.call('DEL', KEYS[2])
+local entry = 'c|' .. table.concat(ids, ',')
+redis.call('ZADD', KEYS[3], ARGV[1], entry)
+redis.call('SET', KEYS[1], tonumber(ARGV[1]) + tonumber(ARGV[2]), 'PX', tonumber(ARGV[2]) + 60000)
+return {entry, 0}
+`)

@@ -256,6 +256,7 @@ func (m *Manager) NewWorker() *Worker {
 	follow := base
 	follow.Concurrency = followConcurrency
 	follow.TaskCheckInterval = followPollInterval
+	follow.IsFailure = func(err error) bool { return !errors.Is(err, errNudgeInFlight) }
 	follow.Queues = map[string]int{m.Queue(QueueResume): 2, m.Queue(QueueControl): 1}
 	configs := []asynq.Config{turns, follow}
 	// An asynq server fetches one task per round trip from a single loop,
