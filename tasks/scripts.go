@@ -404,7 +404,9 @@ return 0
 // window's end.
 //
 // KEYS[1] -> session storm window (string: the window's end, ms; the key
-//            outlives it by a minute, to clean itself up)
+//
+//	outlives it by a minute, to clean itself up)
+//
 // KEYS[2] -> session storm queue zset (job id → ms)
 // ARGV[1] -> job id
 // ARGV[2] -> now (ms)
