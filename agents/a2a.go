@@ -65,6 +65,9 @@ func (r *A2A) RunTurn(ctx context.Context, t tasks.Turn) (string, error) {
 		Parts:     a2a.ContentParts{a2a.TextPart{Text: text}},
 		Metadata:  meta,
 	}
+	if t.Progress != nil && r.streams(ctx, t.AgentURL) {
+		return r.stream(ctx, client, &a2a.MessageSendParams{Message: msg, Metadata: meta}, t.Progress)
+	}
 	res, err := client.SendMessage(ctx, &a2a.MessageSendParams{Message: msg, Metadata: meta})
 	if err != nil {
 		if ctx.Err() != nil {
@@ -166,3 +169,5 @@ func partsText(parts a2a.ContentParts) string {
 	}
 	return strings.Join(texts, "\n")
 }
+
+func retryable(err error) error { return tasks.Retryable(err) }

@@ -29,6 +29,9 @@ type Turn struct {
 	// Preamble is the subagent type's role text, sent before the prompt.
 	Preamble string
 	Prompt   string
+	// Progress, when set, is told of each update a streaming agent sends
+	// before its final answer.
+	Progress func(state, text string)
 }
 
 // TurnRunner runs a turn on an agent and returns its report. An error

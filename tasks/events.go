@@ -19,6 +19,8 @@ const (
 	EventStarted   = "background.started"
 	EventRunning   = "background.running"
 	EventCompleted = "background.completed"
+	// EventProgress is one update a streaming agent sent during a turn.
+	EventProgress = "background.progress"
 )
 
 // Event is one published event.
@@ -37,6 +39,9 @@ type Event struct {
 	Trigger       string    `json:"trigger,omitempty"`
 	Counts        *Counts   `json:"counts,omitempty"`
 	Partial       bool      `json:"partial,omitempty"`
+	Seq           int       `json:"seq,omitempty"`
+	State         string    `json:"state,omitempty"`
+	Text          string    `json:"text,omitempty"`
 	At            time.Time `json:"at"`
 }
 
@@ -53,6 +58,7 @@ const eventResultChars = 500
 func (m *Manager) publish(e Event) {
 	e.Result = cutRunes(e.Result, eventResultChars)
 	e.Error = cutRunes(e.Error, eventResultChars)
+	e.Text = cutRunes(e.Text, eventResultChars)
 	b, err := json.Marshal(e)
 	if err != nil {
 		return

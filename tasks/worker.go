@@ -145,9 +145,16 @@ func (m *Manager) run(ctx context.Context, j *Job) (string, error) {
 		if agent == nil || agent.A2AURL == "" {
 			return "", fmt.Errorf("agent %q has no a2a_url", j.Agent)
 		}
+		seq := 0
 		return m.turns.RunTurn(ctx, Turn{
 			AgentURL: agent.A2AURL, JobID: j.ID, OriginSession: j.OriginSession,
 			SubagentType: j.SubagentType, Preamble: agent.SubagentTypes[j.SubagentType], Prompt: j.Prompt,
+			Progress: func(state, text string) {
+				seq++
+				m.publish(Event{Type: EventProgress, JobID: j.ID, Agent: j.Agent, OriginSession: j.OriginSession,
+					Status: StatusRunning, Kind: j.Kind, Description: j.Description, Seq: seq, State: state,
+					Text: text, At: m.now().UTC()})
+			},
 		})
 	}
 	return "", fmt.Errorf("unknown job kind %q", j.Kind)

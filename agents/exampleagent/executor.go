@@ -9,6 +9,7 @@
 //	[fail]       end the task failed
 //	[task]       answer through a task with an artifact instead of a message
 //	[long 15000] make the report that many characters long
+//	[progress 3] stream that many status updates before the answer
 package exampleagent
 
 import (
@@ -60,6 +61,7 @@ type drained struct {
 var (
 	sleepRE = regexp.MustCompile(`\[sleep ([0-9a-z.]+)\]`)
 	longRE  = regexp.MustCompile(`\[long ([0-9]{1,7})\]`)
+	stepsRE = regexp.MustCompile(`\[progress ([0-9]{1,3})\]`)
 )
 
 func (e *executor) Execute(ctx context.Context, rc *a2asrv.RequestContext, q eventqueue.Queue) error {
@@ -101,6 +103,28 @@ func (e *executor) Execute(ctx context.Context, rc *a2asrv.RequestContext, q eve
 	if m := longRE.FindStringSubmatch(text); m != nil {
 		n, _ := strconv.Atoi(m[1])
 		answer = lengthen(answer, n)
+	}
+	if m := stepsRE.FindStringSubmatch(text); m != nil {
+		n, _ := strconv.Atoi(m[1])
+		if rc.StoredTask == nil {
+			if err := q.Write(ctx, a2a.NewSubmittedTask(rc, rc.Message)); err != nil {
+				return err
+			}
+		}
+		for i := 1; i <= n; i++ {
+			ev := a2a.NewStatusUpdateEvent(rc, a2a.TaskStateWorking,
+				a2a.NewMessageForTask(a2a.MessageRoleAgent, rc, a2a.TextPart{Text: fmt.Sprintf("step %d of %d", i, n)}))
+			if err := q.Write(ctx, ev); err != nil {
+				return err
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+		if err := q.Write(ctx, a2a.NewArtifactEvent(rc, a2a.TextPart{Text: answer})); err != nil {
+			return err
+		}
+		ev := a2a.NewStatusUpdateEvent(rc, a2a.TaskStateCompleted, nil)
+		ev.Final = true
+		return q.Write(ctx, ev)
 	}
 	switch {
 	case strings.Contains(text, "[fail]"):
@@ -181,6 +205,7 @@ func NewHandler(addr string, logTo io.Writer, drain *client.Client) http.Handler
 		Version:            "1.0.0",
 		DefaultInputModes:  []string{"text/plain"},
 		DefaultOutputModes: []string{"text/plain"},
+		Capabilities:       a2a.AgentCapabilities{Streaming: true},
 		Skills: []a2a.AgentSkill{{
 			ID: "report", Name: "Deterministic report",
 			Description: "Returns a short report derived from the prompt.", Tags: []string{"demo"},

@@ -115,3 +115,44 @@ func TestEventsAcrossProcessesAndReconnects(t *testing.T) {
 	require.Equal(t, []string{"background.started", "background.running", "background.completed",
 		"background.started", "background.running", "background.completed"}, order)
 }
+
+// A streaming agent's updates become background.progress events, in order,
+// before background.completed; the final text is still the report.
+func TestProgressFromAStreamingAgent(t *testing.T) {
+	t.Parallel()
+	a2aURL, _ := startAgent(t)
+	base := startServe(t, map[string]string{"BGJOBS_AUTO_RESUME": "false"})
+	c := client{t: t, base: base}
+	code, _ := c.do("PUT", "/v1/agents/default", map[string]any{"a2a_url": a2aURL})
+	require.Equal(t, http.StatusOK, code)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	events := sseRead(t, ctx, base, "")
+	_, j := c.do("POST", "/v1/jobs", map[string]any{"origin_session": "chat-p", "description": "Stepwise", "prompt": "[progress 3]\nwalk the ledger"})
+	id := j["id"].(string)
+	var progress []sseEvent
+	timeout := time.After(15 * time.Second)
+	for done := false; !done; {
+		select {
+		case e := <-events:
+			switch e.Type {
+			case "background.progress":
+				progress = append(progress, e)
+			case "background.completed":
+				require.Equal(t, id, e.Data["job_id"])
+				done = true
+			}
+		case <-timeout:
+			t.Fatalf("no completion; %d progress events", len(progress))
+		}
+	}
+	require.Len(t, progress, 4, "three status updates and the artifact")
+	for i, e := range progress[:3] {
+		require.Equal(t, float64(i+1), e.Data["seq"])
+		require.Equal(t, "working", e.Data["state"])
+		require.Equal(t, "step "+string(rune('1'+i))+" of 3", e.Data["text"])
+	}
+	require.Equal(t, "artifact", progress[3].Data["state"])
+	done := c.waitStatus(id, "completed")
+	require.Contains(t, done["result"], "Report on: walk the ledger")
+}
