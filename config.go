@@ -23,7 +23,7 @@ const (
 	ReconcileIntervalDefault = 30 * time.Second
 	ShutdownTimeoutDefault   = 10 * time.Second
 	NamespaceDefault         = "bgjobs"
-	PollIntervalDefault      = 50 * time.Millisecond
+	PollIntervalDefault      = 10 * time.Millisecond
 )
 
 // Config is everything a bgjobs process reads at start. Load reads it from

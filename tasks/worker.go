@@ -226,7 +226,7 @@ const (
 	followConcurrency = 10
 	// followPollInterval bounds how long an idle process takes to pick up
 	// a resume: a nudge is worth its ~200 cheap polls a second.
-	followPollInterval = 5 * time.Millisecond
+	followPollInterval = 10 * time.Millisecond
 	workersPerFetcher  = 16
 	maxFetchers        = 4
 )
