@@ -14,7 +14,9 @@ import (
 
 	"github.com/bgjobs/bgjobs"
 	"github.com/bgjobs/bgjobs/agents"
+	"github.com/hibiken/asynq"
 	asynqmetrics "github.com/hibiken/asynq/x/metrics"
+	"github.com/hibiken/asynqmon"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -109,13 +111,18 @@ func Run(ctx context.Context, cfg bgjobs.Config, mode Mode, stdout io.Writer, op
 	if err := cfg.CheckExposure(); err != nil {
 		return err
 	}
+	monitor, err := monitoring(cfg, conn)
+	if err != nil {
+		return err
+	}
+	defer monitor.Close()
 	ln, err := net.Listen("tcp", cfg.Addr)
 	if err != nil {
 		return fmt.Errorf("listen on %s: %w", cfg.Addr, err)
 	}
 	srv := &http.Server{
 		Handler: handlers.NewServer(cfg, handlers.Deps{Manager: m, Memory: mem, Log: log,
-			Metrics: metricsHandler(m), MCP: mcpapi.Handler(m, mem, cfg.OpenMode())}),
+			Metrics: metricsHandler(m), MCP: mcpapi.Handler(m, mem, cfg.OpenMode()), Monitoring: monitor}),
 		ReadHeaderTimeout: 10 * time.Second,
 	}
 	errc := make(chan error, 1)
@@ -220,4 +227,18 @@ func NewLogger(w io.Writer) *slog.Logger {
 		}
 	}
 	return slog.New(slog.NewJSONHandler(w, nil))
+}
+
+// monitoring is asynqmon on this process's Redis, mounted at /monitoring/.
+func monitoring(cfg bgjobs.Config, conn *redisConn) (*asynqmon.HTTPHandler, error) {
+	var opt asynq.RedisConnOpt
+	if conn.embedded != nil {
+		opt = asynq.RedisClientOpt{Addr: conn.embedded.m.Addr()}
+	} else {
+		var err error
+		if opt, err = asynq.ParseRedisURI(cfg.RedisURL); err != nil {
+			return nil, err
+		}
+	}
+	return asynqmon.New(asynqmon.Options{RootPath: "/monitoring", RedisConnOpt: opt}), nil
 }

@@ -3,6 +3,7 @@ package handlers
 import (
 	"context"
 	"crypto/sha256"
+	"net/http"
 	"crypto/subtle"
 	"strings"
 	"sync"
@@ -100,6 +101,13 @@ func (a *authenticator) middleware(next echo.HandlerFunc) echo.HandlerFunc {
 		}
 		h := c.Request().Header.Get("Authorization")
 		key, ok := strings.CutPrefix(h, "Bearer ")
+		if !ok && c.Request().Method == http.MethodGet {
+			// The console's event stream: a browser's EventSource cannot
+			// send headers, only its SameSite=Strict sign-in cookie.
+			if ck, err := c.Cookie(keyCookie); err == nil {
+				key, ok = ck.Value, true
+			}
+		}
 		if !ok || key == "" {
 			c.Response().Header().Set("WWW-Authenticate", `Bearer realm="bgjobs"`)
 			return bgjobs.Errorf(bgjobs.EUnauthenticated, "missing Authorization: Bearer <key>")

@@ -27,7 +27,7 @@ func setup(t *testing.T) *testBundle {
 	t.Helper()
 	env := testenv.New(t)
 	cfg := bgjobs.Config{Namespace: env.Namespace, APIKeys: map[string]string{"key-a": "alpha"}}.WithDefaults()
-	m := tasks.NewManager(env.RDB, cfg, tasks.Deps{})
+	m := tasks.NewManager(env.RDB, cfg, tasks.Deps{Logger: slog.New(slog.DiscardHandler)})
 	t.Cleanup(func() { _ = m.Close() })
 	srv := httptest.NewServer(NewServer(cfg, Deps{Manager: m, Log: slog.New(slog.NewTextHandler(io.Discard, nil))}))
 	t.Cleanup(srv.Close)

@@ -114,6 +114,14 @@ func openAPIDocument() obj {
 		"/healthz":      obj{"get": obj{"summary": "The process is up", "responses": obj{"200": resp("up", object(obj{"status": str()}))}}},
 		"/readyz":       obj{"get": obj{"summary": "Redis answers", "responses": obj{"200": resp("ready", object(obj{"status": str()})), "503": obj{"$ref": "#/components/responses/Error"}}}},
 		"/metrics":      obj{"get": obj{"summary": "Prometheus metrics", "responses": obj{"200": obj{"description": "text exposition format"}}}},
+		"/":                  htmlPage("The console: live job list with report cards"),
+		"/console/jobs":      htmlPage("The console's job list fragment (htmx)"),
+		"/jobs/{id}":         htmlPage("A job's report, its markdown rendered and sanitised"),
+		"/memory":            htmlPage("Search your memory"),
+		"/login":             obj{"get": htmlGet("Sign in"), "post": htmlGet("Sign in with a key (sets an HttpOnly, SameSite=Strict cookie)")},
+		"/logout":            obj{"post": htmlGet("Sign out")},
+		"/static/{path}":     obj{"get": obj{"summary": "Embedded console assets", "responses": obj{"200": obj{"description": "file"}}}},
+		"/monitoring/{path}": monitoringPaths(),
 		"/openapi.json": obj{"get": obj{"summary": "This document", "responses": obj{"200": resp("OpenAPI 3", anyObject())}}},
 		"/mcp": obj{
 			"post":   obj{"summary": "MCP streamable HTTP: JSON-RPC messages", "security": []obj{{"bearer": []string{}}}, "responses": obj{"200": obj{"description": "JSON-RPC response or event stream"}, "401": obj{"description": "no or unknown key"}}},
@@ -163,4 +171,20 @@ func openAPIDocument() obj {
 func handleOpenAPI() echo.HandlerFunc {
 	doc := openAPIDocument()
 	return func(c echo.Context) error { return c.JSON(http.StatusOK, doc) }
+}
+
+func htmlGet(summary string) obj {
+	return obj{"summary": summary, "responses": obj{"200": obj{"description": "text/html"}, "303": obj{"description": "to the sign-in page"}}}
+}
+
+func htmlPage(summary string) obj { return obj{"get": htmlGet(summary)} }
+
+// monitoringPaths is asynqmon, for the admin key only, under every method
+// its single-page app uses.
+func monitoringPaths() obj {
+	out := obj{}
+	for _, m := range []string{"get", "post", "put", "delete", "patch", "head", "options"} {
+		out[m] = obj{"summary": "asynqmon (admin key only)", "responses": obj{"200": obj{"description": "asynqmon"}, "401": obj{"$ref": "#/components/responses/Error"}}}
+	}
+	return out
 }

@@ -9,6 +9,7 @@ import (
 
 	"github.com/bgjobs/bgjobs"
 	"github.com/bgjobs/bgjobs/tasks"
+	"github.com/bgjobs/bgjobs/web"
 )
 
 // Deps are what the API serves besides its configuration.
@@ -22,6 +23,9 @@ type Deps struct {
 	Metrics http.Handler
 	// MCP serves /mcp behind the API's auth; nil serves none.
 	MCP http.Handler
+	// Monitoring serves asynqmon under /monitoring/ for the admin; nil
+	// serves none.
+	Monitoring http.Handler
 	// Log defaults to slog.Default().
 	Log *slog.Logger
 }
@@ -72,6 +76,21 @@ func addRoutes(e *echo.Echo, d Deps, auth *authenticator) {
 	v1.GET("/events", handleEvents(m))
 	v1.GET("/recall", handleRecall(mem))
 	v1.POST("/knowledge", handleKnowledge(m, mem))
+
+	// The console: pages for people, signed in by key (cookie or header).
+	e.GET("/static/*", echo.WrapHandler(http.StripPrefix("/static/", web.Static())), securityHeaders)
+	e.GET("/login", handleLoginPage(), securityHeaders)
+	e.POST("/login", handleLogin(auth), securityHeaders)
+	e.POST("/logout", handleLogout(), securityHeaders)
+	pages := e.Group("", securityHeaders, auth.pageAuth)
+	pages.GET("/", handleConsole(m))
+	pages.GET("/console/jobs", handleConsoleJobs(m))
+	pages.GET("/jobs/:id", handleViewer(m))
+	pages.GET("/memory", handleMemoryPage(m, mem))
+	if d.Monitoring != nil {
+		pages.Match([]string{http.MethodGet, http.MethodPost, http.MethodPut, http.MethodDelete, http.MethodPatch, http.MethodHead, http.MethodOptions},
+			"/monitoring/*", echo.WrapHandler(d.Monitoring), adminOnly)
+	}
 
 	// Session ids may contain "/", so the action is the last path segment.
 	v1.POST("/sessions/*", handleSessionAction(m))

@@ -67,6 +67,9 @@ type Job struct {
 	ReportIndexed bool            `json:"report_indexed"`
 	// Generation counts operator retries; 0 for a job never retried.
 	Generation int `json:"generation,omitempty"`
+	// Progress is the latest update a streaming agent sent, cut to 500
+	// characters.
+	Progress string `json:"progress,omitempty"`
 	// waitUntil is set while a caller waits for the job (wait_ms).
 	waitUntil   time.Time
 	CreatedAt   time.Time  `json:"created_at"`
@@ -119,6 +122,7 @@ func jobFromHash(h map[string]string) *Job {
 	}
 	j.Attempts, _ = strconv.Atoi(h[fAttempts])
 	j.Generation, _ = strconv.Atoi(h[fGeneration])
+	j.Progress = h["progress"]
 	if s := h[fWaitUntil]; s != "" {
 		j.waitUntil = msTime(s)
 	}

@@ -1,0 +1,108 @@
+package main
+
+import (
+	"io"
+	"net/http"
+	"net/url"
+	"regexp"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+// xssCorpus is report markdown that tries every way we know to run code.
+const xssCorpus = "# Findings\n\nPlain **bold** text.\n\n" +
+	"<script>window.pwned=1</script>\n\n" +
+	"<img src=x onerror=\"window.pwned=2\">\n\n" +
+	"[click](javascript:window.pwned=3) [enc](&#106;avascript:window.pwned=4) [data](data:text/html;base64,PHNjcmlwdD5hbGVydCgxKTwvc2NyaXB0Pg==)\n\n" +
+	"<svg onload=\"window.pwned=5\"><circle r=1 /></svg>\n\n" +
+	"<iframe src=\"javascript:window.pwned=6\"></iframe>\n\n" +
+	"<a href=\"JaVaScRiPt:window.pwned=7\">x</a> <div onclick=\"window.pwned=8\">y</div>\n\n" +
+	"<object data=\"javascript:window.pwned=9\"></object><embed src=\"javascript:1\">\n"
+
+// noClient does not follow redirects, so tests see them.
+var noClient = &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+
+func page(t *testing.T, method, u, cookie, key string) (*http.Response, string) {
+	t.Helper()
+	req, err := http.NewRequest(method, u, nil)
+	require.NoError(t, err)
+	if cookie != "" {
+		req.AddCookie(&http.Cookie{Name: "bgjobs_key", Value: cookie})
+	}
+	if key != "" {
+		req.Header.Set("Authorization", "Bearer "+key)
+	}
+	resp, err := noClient.Do(req)
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp, string(b)
+}
+
+func TestConsolePagesAndTheirDefences(t *testing.T) {
+	t.Parallel()
+	base := startServe(t, map[string]string{"BGJOBS_API_KEYS": "alpha:ka", "BGJOBS_ADMIN_KEY": "adm", "BGJOBS_AUTO_RESUME": "false"})
+	a := client{t: t, base: base, key: "ka"}
+	_, j := a.do("POST", "/v1/jobs", map[string]any{"origin_session": "chat-x", "kind": "work", "description": "Hostile report",
+		"work": map[string]any{"type": "echo", "args": map[string]any{"text": xssCorpus}}})
+	id := j["id"].(string)
+	a.waitStatus(id, "completed")
+
+	resp, _ := page(t, "GET", base+"/", "", "")
+	require.Equal(t, http.StatusSeeOther, resp.StatusCode, "signed out: to the sign-in page")
+	require.True(t, strings.HasPrefix(resp.Header.Get("Location"), "/login"))
+
+	// Sign in: the key becomes an HttpOnly, SameSite=Strict cookie.
+	form := url.Values{"key": {"ka"}}
+	lresp, err := noClient.PostForm(base+"/login", form)
+	require.NoError(t, err)
+	lresp.Body.Close()
+	require.Equal(t, http.StatusSeeOther, lresp.StatusCode)
+	var ck *http.Cookie
+	for _, c := range lresp.Cookies() {
+		if c.Name == "bgjobs_key" {
+			ck = c
+		}
+	}
+	require.NotNil(t, ck)
+	require.True(t, ck.HttpOnly)
+	require.Equal(t, http.SameSiteStrictMode, ck.SameSite)
+	bad, err := noClient.PostForm(base+"/login", url.Values{"key": {"nope"}})
+	require.NoError(t, err)
+	bad.Body.Close()
+	require.Equal(t, http.StatusUnauthorized, bad.StatusCode)
+
+	resp, home := page(t, "GET", base+"/", "ka", "")
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+	require.Contains(t, home, "Hostile report")
+	require.Contains(t, home, `href="/jobs/`+id+`"`, "the report card opens the report")
+	csp := resp.Header.Get("Content-Security-Policy")
+	require.Contains(t, csp, "script-src 'self'")
+	require.NotContains(t, csp, "unsafe-inline")
+	require.Contains(t, csp, "frame-ancestors 'none'")
+	require.Equal(t, "nosniff", resp.Header.Get("X-Content-Type-Options"))
+	require.NotRegexp(t, regexp.MustCompile(`<script>[^<]`), home, "no inline script on the page")
+
+	resp, viewer := page(t, "GET", base+"/jobs/"+id, "", "ka")
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+	require.Contains(t, viewer, "<h1>Findings</h1>")
+	require.Contains(t, viewer, "<strong>bold</strong>")
+	body := viewer[strings.Index(viewer, `<div class="markdown">`):]
+	for _, bad := range []string{"<script", "onerror", "onload", "onclick", "javascript:", "JaVaScRiPt", "<iframe", "<svg", "<object", "<embed", "data:text/html", "window.pwned="} {
+		require.NotContains(t, strings.ToLower(body), strings.ToLower(bad), "the viewer must not carry %q", bad)
+	}
+
+	resp, _ = page(t, "GET", base+"/static/htmx.min.js", "", "")
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+
+	// asynqmon: the admin only.
+	resp, _ = page(t, "GET", base+"/monitoring/", "", "ka")
+	require.Equal(t, http.StatusUnauthorized, resp.StatusCode)
+	resp, _ = page(t, "GET", base+"/monitoring/", "", "")
+	require.Equal(t, http.StatusSeeOther, resp.StatusCode, "signed out: the sign-in page")
+	resp, mon := page(t, "GET", base+"/monitoring/", "", "adm")
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+	require.Contains(t, strings.ToLower(mon), "<html")
+}

@@ -1,0 +1,227 @@
+package handlers
+
+import (
+	"net/http"
+	"net/url"
+	"strings"
+	"time"
+
+	"github.com/labstack/echo/v4"
+
+	"github.com/bgjobs/bgjobs"
+	"github.com/bgjobs/bgjobs/search"
+	"github.com/bgjobs/bgjobs/tasks"
+	"github.com/bgjobs/bgjobs/web"
+)
+
+// keyCookie carries a signed-in console user's key: HttpOnly (no script
+// reads it) and SameSite=Strict (no other site sends it).
+const keyCookie = "bgjobs_key"
+
+// pageData is what every console page shows in its header.
+type pageData struct {
+	Title    string
+	Agent    string
+	Admin    bool
+	Running  int
+	Session  string
+	Status   string
+	Statuses []string
+	Jobs     []*tasks.Job
+	Job      *tasks.Job
+	Query    string
+	Result   *search.RecallResult
+	Error    string
+}
+
+// securityHeaders sets the console's headers on every page and asset.
+func securityHeaders(next echo.HandlerFunc) echo.HandlerFunc {
+	return func(c echo.Context) error {
+		web.SecurityHeaders(c.Response().Header())
+		return next(c)
+	}
+}
+
+// pageAuth admits a console request by its Authorization header or its
+// sign-in cookie; anyone else is sent to the sign-in page.
+func (a *authenticator) pageAuth(next echo.HandlerFunc) echo.HandlerFunc {
+	return func(c echo.Context) error {
+		if a.open {
+			setCaller(c, caller{agent: OpenAgent, admin: true})
+			return next(c)
+		}
+		who, ok, err := a.identify(c)
+		if err != nil {
+			return err
+		}
+		if !ok {
+			if strings.HasPrefix(c.Request().URL.Path, "/monitoring") && c.Request().Header.Get("Authorization") != "" {
+				return bgjobs.Errorf(bgjobs.EUnauthenticated, "the dashboard needs the admin key")
+			}
+			return c.Redirect(http.StatusSeeOther, "/login?next="+url.QueryEscape(c.Request().URL.Path))
+		}
+		if as := c.QueryParam("agent"); as != "" && who.admin && bgjobs.ValidAgentName(as) {
+			who.agent = as
+		}
+		setCaller(c, who)
+		return next(c)
+	}
+}
+
+// identify reads a key from the Authorization header, or from the sign-in
+// cookie on a safe (GET) request.
+func (a *authenticator) identify(c echo.Context) (caller, bool, error) {
+	key, ok := strings.CutPrefix(c.Request().Header.Get("Authorization"), "Bearer ")
+	if !ok && c.Request().Method == http.MethodGet {
+		if ck, err := c.Cookie(keyCookie); err == nil {
+			key, ok = ck.Value, true
+		}
+	}
+	key = strings.TrimSpace(key)
+	if !ok || key == "" {
+		return caller{}, false, nil
+	}
+	if who, ok := a.resolve(key); ok {
+		return who, true, nil
+	}
+	agent, err := a.stored.get(c.Request().Context(), key)
+	if err != nil || agent == "" {
+		return caller{}, false, err
+	}
+	return caller{agent: agent}, true, nil
+}
+
+func handleLoginPage() echo.HandlerFunc {
+	return func(c echo.Context) error {
+		return renderPage(c, "login", pageData{Title: "Sign in"})
+	}
+}
+
+func handleLogin(a *authenticator) echo.HandlerFunc {
+	return func(c echo.Context) error {
+		key := strings.TrimSpace(c.FormValue("key"))
+		_, ok := a.resolve(key)
+		if !ok && key != "" {
+			agent, err := a.stored.get(c.Request().Context(), key)
+			if err != nil {
+				return err
+			}
+			ok = agent != ""
+		}
+		if !ok {
+			c.Response().WriteHeader(http.StatusUnauthorized)
+			return web.Render(c.Response(), "login", pageData{Title: "Sign in", Error: "Unknown key."})
+		}
+		c.SetCookie(&http.Cookie{Name: keyCookie, Value: key, Path: "/", HttpOnly: true, SameSite: http.SameSiteStrictMode,
+			Secure: c.Scheme() == "https", MaxAge: int((7 * 24 * time.Hour).Seconds())})
+		next := c.QueryParam("next")
+		if !strings.HasPrefix(next, "/") || strings.HasPrefix(next, "//") {
+			next = "/"
+		}
+		return c.Redirect(http.StatusSeeOther, next)
+	}
+}
+
+func handleLogout() echo.HandlerFunc {
+	return func(c echo.Context) error {
+		c.SetCookie(&http.Cookie{Name: keyCookie, Value: "", Path: "/", HttpOnly: true, SameSite: http.SameSiteStrictMode, MaxAge: -1})
+		return c.Redirect(http.StatusSeeOther, "/login")
+	}
+}
+
+func renderPage(c echo.Context, name string, d pageData) error {
+	c.Response().Header().Set(echo.HeaderContentType, echo.MIMETextHTMLCharsetUTF8)
+	return web.Render(c.Response(), name, d)
+}
+
+// consoleData loads the caller's header and job list.
+func consoleData(c echo.Context, m *tasks.Manager, title string) (pageData, error) {
+	who, _ := c.Get(callerKey).(caller)
+	d := pageData{Title: title, Agent: who.agent, Admin: who.admin, Session: c.QueryParam("session"), Status: c.QueryParam("status"),
+		Statuses: []string{"queued", "running", "completed", "failed", "cancelled"}}
+	if who.agent == "" {
+		return d, nil
+	}
+	jobs, _, err := m.List(c.Request().Context(), tasks.ListRequest{Agent: who.agent, Session: d.Session, Status: d.Status, Limit: 100})
+	if err != nil {
+		return d, err
+	}
+	// The list omits results; the cards show an excerpt, so read those rows whole.
+	for i, j := range jobs {
+		if j.Status.Terminal() {
+			if full, err := m.Get(c.Request().Context(), who.agent, j.ID); err == nil {
+				jobs[i] = full
+			}
+		}
+		if j.Status == tasks.StatusQueued || j.Status == tasks.StatusRunning {
+			d.Running++
+		}
+	}
+	d.Jobs = jobs
+	return d, nil
+}
+
+func handleConsole(m *tasks.Manager) echo.HandlerFunc {
+	return func(c echo.Context) error {
+		d, err := consoleData(c, m, "Jobs")
+		if err != nil {
+			return err
+		}
+		return renderPage(c, "home", d)
+	}
+}
+
+func handleConsoleJobs(m *tasks.Manager) echo.HandlerFunc {
+	return func(c echo.Context) error {
+		d, err := consoleData(c, m, "Jobs")
+		if err != nil {
+			return err
+		}
+		return renderPage(c, "joblist", d)
+	}
+}
+
+func handleViewer(m *tasks.Manager) echo.HandlerFunc {
+	return func(c echo.Context) error {
+		d, err := consoleData(c, m, "Report")
+		if err != nil {
+			return err
+		}
+		j, err := m.Get(c.Request().Context(), d.Agent, c.Param("id"))
+		if err != nil {
+			return err
+		}
+		d.Job, d.Title = j, j.Description
+		return renderPage(c, "viewer", d)
+	}
+}
+
+func handleMemoryPage(m *tasks.Manager, mem Memory) echo.HandlerFunc {
+	return func(c echo.Context) error {
+		d, err := consoleData(c, m, "Memory")
+		if err != nil {
+			return err
+		}
+		d.Query = c.QueryParam("q")
+		if d.Query != "" {
+			if mem == nil {
+				d.Error = "This server has no search index."
+			} else if res, err := mem.Recall(c.Request().Context(), search.RecallRequest{Agent: d.Agent, Query: d.Query, Limit: 50}); err != nil {
+				d.Error = err.Error()
+			} else {
+				d.Result = res
+			}
+		}
+		return renderPage(c, "memory", d)
+	}
+}
+
+// adminOnly lets the admin key through, and nobody else.
+func adminOnly(next echo.HandlerFunc) echo.HandlerFunc {
+	return func(c echo.Context) error {
+		if who, _ := c.Get(callerKey).(caller); !who.admin {
+			return bgjobs.Errorf(bgjobs.EUnauthenticated, "the dashboard needs the admin key")
+		}
+		return next(c)
+	}
+}
