@@ -3,8 +3,8 @@ package handlers
 import (
 	"context"
 	"crypto/sha256"
-	"net/http"
 	"crypto/subtle"
+	"net/http"
 	"strings"
 	"sync"
 	"time"

@@ -111,9 +111,9 @@ func openAPIDocument() obj {
 		return obj{"post": op(summary, body, "200", ref(okSchema), append(sessionParam(), idempotency()), "400", "503")}
 	}
 	paths := obj{
-		"/healthz":      obj{"get": obj{"summary": "The process is up", "responses": obj{"200": resp("up", object(obj{"status": str()}))}}},
-		"/readyz":       obj{"get": obj{"summary": "Redis answers", "responses": obj{"200": resp("ready", object(obj{"status": str()})), "503": obj{"$ref": "#/components/responses/Error"}}}},
-		"/metrics":      obj{"get": obj{"summary": "Prometheus metrics", "responses": obj{"200": obj{"description": "text exposition format"}}}},
+		"/healthz":           obj{"get": obj{"summary": "The process is up", "responses": obj{"200": resp("up", object(obj{"status": str()}))}}},
+		"/readyz":            obj{"get": obj{"summary": "Redis answers", "responses": obj{"200": resp("ready", object(obj{"status": str()})), "503": obj{"$ref": "#/components/responses/Error"}}}},
+		"/metrics":           obj{"get": obj{"summary": "Prometheus metrics", "responses": obj{"200": obj{"description": "text exposition format"}}}},
 		"/":                  htmlPage("The console: live job list with report cards"),
 		"/console/jobs":      htmlPage("The console's job list fragment (htmx)"),
 		"/jobs/{id}":         htmlPage("A job's report, its markdown rendered and sanitised"),
@@ -122,7 +122,7 @@ func openAPIDocument() obj {
 		"/logout":            obj{"post": htmlGet("Sign out")},
 		"/static/{path}":     obj{"get": obj{"summary": "Embedded console assets", "responses": obj{"200": obj{"description": "file"}}}},
 		"/monitoring/{path}": monitoringPaths(),
-		"/openapi.json": obj{"get": obj{"summary": "This document", "responses": obj{"200": resp("OpenAPI 3", anyObject())}}},
+		"/openapi.json":      obj{"get": obj{"summary": "This document", "responses": obj{"200": resp("OpenAPI 3", anyObject())}}},
 		"/mcp": obj{
 			"post":   obj{"summary": "MCP streamable HTTP: JSON-RPC messages", "security": []obj{{"bearer": []string{}}}, "responses": obj{"200": obj{"description": "JSON-RPC response or event stream"}, "401": obj{"description": "no or unknown key"}}},
 			"get":    obj{"summary": "MCP streamable HTTP: server event stream", "security": []obj{{"bearer": []string{}}}, "responses": obj{"200": obj{"description": "event stream"}}},
