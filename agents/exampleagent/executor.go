@@ -106,10 +106,8 @@ func (e *executor) Execute(ctx context.Context, rc *a2asrv.RequestContext, q eve
 	}
 	if m := stepsRE.FindStringSubmatch(text); m != nil {
 		n, _ := strconv.Atoi(m[1])
-		if rc.StoredTask == nil {
-			if err := q.Write(ctx, a2a.NewSubmittedTask(rc, rc.Message)); err != nil {
-				return err
-			}
+		if err := submitted(ctx, rc, q); err != nil {
+			return err
 		}
 		for i := 1; i <= n; i++ {
 			ev := a2a.NewStatusUpdateEvent(rc, a2a.TaskStateWorking,
@@ -128,20 +126,16 @@ func (e *executor) Execute(ctx context.Context, rc *a2asrv.RequestContext, q eve
 	}
 	switch {
 	case strings.Contains(text, "[fail]"):
-		if rc.StoredTask == nil {
-			if err := q.Write(ctx, a2a.NewSubmittedTask(rc, rc.Message)); err != nil {
-				return err
-			}
+		if err := submitted(ctx, rc, q); err != nil {
+			return err
 		}
 		ev := a2a.NewStatusUpdateEvent(rc, a2a.TaskStateFailed,
 			a2a.NewMessageForTask(a2a.MessageRoleAgent, rc, a2a.TextPart{Text: "asked to fail by the prompt"}))
 		ev.Final = true
 		return q.Write(ctx, ev)
 	case strings.Contains(text, "[task]"):
-		if rc.StoredTask == nil {
-			if err := q.Write(ctx, a2a.NewSubmittedTask(rc, rc.Message)); err != nil {
-				return err
-			}
+		if err := submitted(ctx, rc, q); err != nil {
+			return err
 		}
 		if err := q.Write(ctx, a2a.NewArtifactEvent(rc, a2a.TextPart{Text: answer})); err != nil {
 			return err
@@ -215,4 +209,15 @@ func NewHandler(addr string, logTo io.Writer, drain *client.Client) http.Handler
 	mux.Handle("/a2a", a2asrv.NewJSONRPCHandler(a2asrv.NewHandler(&executor{log: json.NewEncoder(logTo), drain: drain})))
 	mux.Handle(a2asrv.WellKnownAgentCardPath, a2asrv.NewStaticAgentCardHandler(card))
 	return mux
+}
+
+// submitted opens a task with a status update rather than a Task event:
+// the a2a-go server keeps updating the task it stores, and a Task event
+// would share it with the stream being written (a2a-go's own template
+// starts the same way).
+func submitted(ctx context.Context, rc *a2asrv.RequestContext, q eventqueue.Queue) error {
+	if rc.StoredTask != nil {
+		return nil
+	}
+	return q.Write(ctx, a2a.NewStatusUpdateEvent(rc, a2a.TaskStateSubmitted, nil))
 }
