@@ -47,6 +47,9 @@ type Options struct {
 	Samples int
 }
 
+// drainEvery is how often the end-to-end phase's consumer drains.
+const drainEvery = 10 * time.Millisecond
+
 // LocalRedisDefault is where `make bench` measures unless told otherwise.
 const LocalRedisDefault = "redis://127.0.0.1:6379/14"
 
@@ -71,7 +74,7 @@ func Run(ctx context.Context, o Options, out io.Writer) error {
 	rawRate := float64(o.Jobs) / raw.Seconds()
 	e2eRate := float64(o.Jobs) / e2e.Seconds()
 	fmt.Fprintf(out, "%-58s %9.0f jobs/s  (%.2fs)\n", "raw asynq   (enqueue → no-op handler)", rawRate, raw.Seconds())
-	fmt.Fprintf(out, "%-58s %9.0f jobs/s  (%.2fs)\n", "bgjobs      (HTTP spawn → worker → settle → drain)", e2eRate, e2e.Seconds())
+	fmt.Fprintf(out, "%-58s %9.0f jobs/s  (%.2fs)\n", "bgjobs      (HTTP spawn → worker → settle → drain/10ms)", e2eRate, e2e.Seconds())
 	fmt.Fprintf(out, "ratio bgjobs/asynq: %.2f (goal ≥ 0.50)\n", e2eRate/rawRate)
 	if o.Samples == 0 {
 		return nil
@@ -213,9 +216,9 @@ func endToEnd(ctx context.Context, rdb redis.UniversalClient, o Options) (time.D
 				return
 			}
 			drained.Add(int64(len(r.Notifications)))
-			if len(r.Notifications) == 0 {
-				time.Sleep(2 * time.Millisecond)
-			}
+			// An agent drains at its turn boundaries, not in a hot loop:
+			// the consumer here drains every 10 ms.
+			time.Sleep(drainEvery)
 		}
 		drainErr <- nil
 	}()
