@@ -21,8 +21,11 @@ run: build
 
 # The whole suite, with the race detector, then each fuzz target briefly.
 # BGJOBS_TEST_REDIS_URL=redis://host:port/db runs it against real Redis.
+# Browser tests keep their screenshots under $(ARTIFACTS).
+ARTIFACTS ?= $(CURDIR)/test-output
 test:
-	$(GO) test -race -count=1 -timeout 20m ./...
+	mkdir -p $(ARTIFACTS)
+	$(GO) test -race -count=1 -timeout 20m -artifacts -outputdir $(ARTIFACTS) ./...
 	$(MAKE) fuzz
 
 fuzz:

@@ -10,6 +10,7 @@
 //	[task]       answer through a task with an artifact instead of a message
 //	[long 15000] make the report that many characters long
 //	[progress 3] stream that many status updates before the answer
+//	             ([progress 3 500ms]: that long apart; 20ms otherwise)
 package exampleagent
 
 import (
@@ -61,7 +62,7 @@ type drained struct {
 var (
 	sleepRE = regexp.MustCompile(`\[sleep ([0-9a-z.]+)\]`)
 	longRE  = regexp.MustCompile(`\[long ([0-9]{1,7})\]`)
-	stepsRE = regexp.MustCompile(`\[progress ([0-9]{1,3})\]`)
+	stepsRE = regexp.MustCompile(`\[progress ([0-9]{1,3})(?: ([0-9]{1,5})ms)?\]`)
 )
 
 func (e *executor) Execute(ctx context.Context, rc *a2asrv.RequestContext, q eventqueue.Queue) error {
@@ -106,6 +107,11 @@ func (e *executor) Execute(ctx context.Context, rc *a2asrv.RequestContext, q eve
 	}
 	if m := stepsRE.FindStringSubmatch(text); m != nil {
 		n, _ := strconv.Atoi(m[1])
+		gap := 20 * time.Millisecond
+		if m[2] != "" {
+			ms, _ := strconv.Atoi(m[2])
+			gap = time.Duration(ms) * time.Millisecond
+		}
 		if err := submitted(ctx, rc, q); err != nil {
 			return err
 		}
@@ -115,7 +121,11 @@ func (e *executor) Execute(ctx context.Context, rc *a2asrv.RequestContext, q eve
 			if err := q.Write(ctx, ev); err != nil {
 				return err
 			}
-			time.Sleep(20 * time.Millisecond)
+			select {
+			case <-ctx.Done():
+				return ctx.Err()
+			case <-time.After(gap):
+			}
 		}
 		if err := q.Write(ctx, a2a.NewArtifactEvent(rc, a2a.TextPart{Text: answer})); err != nil {
 			return err

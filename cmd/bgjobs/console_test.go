@@ -24,7 +24,7 @@ const xssCorpus = "# Findings\n\nPlain **bold** text.\n\n" +
 // noClient does not follow redirects, so tests see them.
 var noClient = &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
 
-func page(t *testing.T, method, u, cookie, key string) (*http.Response, string) {
+func getPage(t *testing.T, method, u, cookie, key string) (*http.Response, string) {
 	t.Helper()
 	req, err := http.NewRequest(method, u, nil)
 	require.NoError(t, err)
@@ -50,7 +50,7 @@ func TestConsolePagesAndTheirDefences(t *testing.T) {
 	id := j["id"].(string)
 	a.waitStatus(id, "completed")
 
-	resp, _ := page(t, "GET", base+"/", "", "")
+	resp, _ := getPage(t, "GET", base+"/", "", "")
 	require.Equal(t, http.StatusSeeOther, resp.StatusCode, "signed out: to the sign-in page")
 	require.True(t, strings.HasPrefix(resp.Header.Get("Location"), "/login"))
 
@@ -74,7 +74,7 @@ func TestConsolePagesAndTheirDefences(t *testing.T) {
 	bad.Body.Close()
 	require.Equal(t, http.StatusUnauthorized, bad.StatusCode)
 
-	resp, home := page(t, "GET", base+"/", "ka", "")
+	resp, home := getPage(t, "GET", base+"/", "ka", "")
 	require.Equal(t, http.StatusOK, resp.StatusCode)
 	require.Contains(t, home, "Hostile report")
 	require.Contains(t, home, `href="/jobs/`+id+`"`, "the report card opens the report")
@@ -85,7 +85,7 @@ func TestConsolePagesAndTheirDefences(t *testing.T) {
 	require.Equal(t, "nosniff", resp.Header.Get("X-Content-Type-Options"))
 	require.NotRegexp(t, regexp.MustCompile(`<script>[^<]`), home, "no inline script on the page")
 
-	resp, viewer := page(t, "GET", base+"/jobs/"+id, "", "ka")
+	resp, viewer := getPage(t, "GET", base+"/jobs/"+id, "", "ka")
 	require.Equal(t, http.StatusOK, resp.StatusCode)
 	require.Contains(t, viewer, "<h1>Findings</h1>")
 	require.Contains(t, viewer, "<strong>bold</strong>")
@@ -94,15 +94,15 @@ func TestConsolePagesAndTheirDefences(t *testing.T) {
 		require.NotContains(t, strings.ToLower(body), strings.ToLower(bad), "the viewer must not carry %q", bad)
 	}
 
-	resp, _ = page(t, "GET", base+"/static/htmx.min.js", "", "")
+	resp, _ = getPage(t, "GET", base+"/static/htmx.min.js", "", "")
 	require.Equal(t, http.StatusOK, resp.StatusCode)
 
 	// asynqmon: the admin only.
-	resp, _ = page(t, "GET", base+"/monitoring/", "", "ka")
+	resp, _ = getPage(t, "GET", base+"/monitoring/", "", "ka")
 	require.Equal(t, http.StatusUnauthorized, resp.StatusCode)
-	resp, _ = page(t, "GET", base+"/monitoring/", "", "")
+	resp, _ = getPage(t, "GET", base+"/monitoring/", "", "")
 	require.Equal(t, http.StatusSeeOther, resp.StatusCode, "signed out: the sign-in page")
-	resp, mon := page(t, "GET", base+"/monitoring/", "", "adm")
+	resp, mon := getPage(t, "GET", base+"/monitoring/", "", "adm")
 	require.Equal(t, http.StatusOK, resp.StatusCode)
 	require.Contains(t, strings.ToLower(mon), "<html")
 }
