@@ -31,6 +31,7 @@ type pageData struct {
 	Job      *tasks.Job
 	Query    string
 	Result   *search.RecallResult
+	Batch    *tasks.Batch
 	Error    string
 }
 
@@ -193,6 +194,21 @@ func handleViewer(m *tasks.Manager) echo.HandlerFunc {
 		}
 		d.Job, d.Title = j, j.Description
 		return renderPage(c, "viewer", d)
+	}
+}
+
+func handleBatchPage(m *tasks.Manager) echo.HandlerFunc {
+	return func(c echo.Context) error {
+		d, err := consoleData(c, m, "Batch")
+		if err != nil {
+			return err
+		}
+		b, err := m.GetBatch(c.Request().Context(), d.Agent, c.Param("id"))
+		if err != nil {
+			return err
+		}
+		d.Batch = b
+		return renderPage(c, "batch", d)
 	}
 }
 

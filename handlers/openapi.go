@@ -118,6 +118,7 @@ func openAPIDocument() obj {
 		"/console/jobs":      htmlPage("The console's job list fragment (htmx)"),
 		"/jobs/{id}":         htmlPage("A job's report, its markdown rendered and sanitised"),
 		"/memory":            htmlPage("Search your memory"),
+		"/batches/{id}":      htmlPage("A batch: its counts and join state"),
 		"/login":             obj{"get": htmlGet("Sign in"), "post": htmlGet("Sign in with a key (sets an HttpOnly, SameSite=Strict cookie)")},
 		"/logout":            obj{"post": htmlGet("Sign out")},
 		"/static/{path}":     obj{"get": obj{"summary": "Embedded console assets", "responses": obj{"200": obj{"description": "file"}}}},

@@ -87,6 +87,7 @@ func addRoutes(e *echo.Echo, d Deps, auth *authenticator) {
 	pages.GET("/console/jobs", handleConsoleJobs(m))
 	pages.GET("/jobs/:id", handleViewer(m))
 	pages.GET("/memory", handleMemoryPage(m, mem))
+	pages.GET("/batches/:id", handleBatchPage(m))
 	if d.Monitoring != nil {
 		pages.Match([]string{http.MethodGet, http.MethodPost, http.MethodPut, http.MethodDelete, http.MethodPatch, http.MethodHead, http.MethodOptions},
 			"/monitoring/*", echo.WrapHandler(d.Monitoring), adminOnly)

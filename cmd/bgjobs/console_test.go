@@ -7,8 +7,11 @@ import (
 	"regexp"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/bgjobs/bgjobs/internal/testenv"
 )
 
 // xssCorpus is report markdown that tries every way we know to run code.
@@ -94,6 +97,24 @@ func TestConsolePagesAndTheirDefences(t *testing.T) {
 		require.NotContains(t, strings.ToLower(body), strings.ToLower(bad), "the viewer must not carry %q", bad)
 	}
 
+	// A batch page shows counts and the join state.
+	code, br := a.do("POST", "/v1/batches", map[string]any{"origin_session": "chat-x", "jobs": []any{
+		map[string]any{"kind": "work", "description": "m1", "work": map[string]any{"type": "echo", "args": map[string]any{"text": "a"}}},
+		map[string]any{"kind": "work", "description": "m2", "work": map[string]any{"type": "echo", "args": map[string]any{"text": "b", "fail": true}}}}})
+	require.Equal(t, http.StatusAccepted, code)
+	bid := br["batch_id"].(string)
+	testenv.Eventually(t, 10*time.Second, "the batch to join", func() bool {
+		_, b := a.do("GET", "/v1/batches/"+bid, nil)
+		return b["joined"] == true
+	})
+	resp, bpage := getPage(t, "GET", base+"/batches/"+bid, "ka", "")
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+	require.Contains(t, bpage, "Joined")
+	require.Contains(t, bpage, "1 completed")
+	require.Contains(t, bpage, "1 failed")
+	_, home = getPage(t, "GET", base+"/", "ka", "")
+	require.Contains(t, home, `href="/batches/`+bid+`"`, "members link to their batch")
+
 	resp, _ = getPage(t, "GET", base+"/static/htmx.min.js", "", "")
 	require.Equal(t, http.StatusOK, resp.StatusCode)
 
@@ -106,3 +127,4 @@ func TestConsolePagesAndTheirDefences(t *testing.T) {
 	require.Equal(t, http.StatusOK, resp.StatusCode)
 	require.Contains(t, strings.ToLower(mon), "<html")
 }
+
