@@ -127,4 +127,3 @@ func TestConsolePagesAndTheirDefences(t *testing.T) {
 	require.Equal(t, http.StatusOK, resp.StatusCode)
 	require.Contains(t, strings.ToLower(mon), "<html")
 }
-
