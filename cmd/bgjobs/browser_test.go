@@ -45,9 +45,9 @@ func browser(t *testing.T) context.Context {
 // shot keeps a screenshot in the test's artifact directory.
 func shot(t *testing.T, ctx context.Context, name string) {
 	t.Helper()
-	png, err := chromedp.Run(ctx, chromedp.FullScreenshot(80))
+	png, err := chromedp.Run(ctx, chromedp.FullScreenshot(100)) // 100: PNG
 	require.NoError(t, err)
-	require.NoError(t, os.WriteFile(filepath.Join(t.ArtifactDir(), name+".jpg"), png, 0o644))
+	require.NoError(t, os.WriteFile(filepath.Join(t.ArtifactDir(), name+".png"), png, 0o644))
 }
 
 // until polls a JavaScript condition in the page.
