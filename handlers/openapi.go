@@ -134,7 +134,8 @@ func openAPIDocument() obj {
 			"get": op("Read an agent's configuration (secrets redacted)", nil, "200", ref("Agent"), []obj{pathParam("name", "agent name")}, "404"),
 		},
 		"/v1/jobs": obj{
-			"post": op("Spawn a job", ref("SpawnRequest"), "202", ref("SpawnResponse"), []obj{idempotency()}, "400", "413", "503"),
+			"post": withResponse(op("Spawn a job (202), or with wait_ms, answer 200 with the whole row if it ends within the budget", ref("SpawnRequest"), "202", ref("SpawnResponse"), []obj{idempotency()}, "400", "413", "503"),
+				"200", resp("the job ended within wait_ms (or an Idempotency-Key repeat): the whole row; it will not drain or resume", ref("Job"))),
 			"get": op("List jobs, newest first", nil, "200", ref("JobList"), []obj{query("session", "only this session", "string"),
 				query("status", "only this status", "string"), query("batch_id", "only this batch", "string"),
 				query("limit", "1–200, default 50", "integer"), query("cursor", "next_cursor of the previous page", "string")}, "400"),
@@ -188,4 +189,10 @@ func monitoringPaths() obj {
 		out[m] = obj{"summary": "asynqmon (admin key only)", "responses": obj{"200": obj{"description": "asynqmon"}, "401": obj{"$ref": "#/components/responses/Error"}}}
 	}
 	return out
+}
+
+// withResponse adds one more response to an operation.
+func withResponse(o obj, code string, r obj) obj {
+	o["responses"].(obj)[code] = r
+	return o
 }
