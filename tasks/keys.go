@@ -26,6 +26,7 @@ import (
 //	<ns>:{<agent>/<session>}:stormwin     string the resume storm guard's open window (PX)
 //	<ns>:{<agent>/<session>}:stormq       zset   singleton resumes merging behind the window
 //	<ns>:{<agent>/<session>}:inflight     string a resume of this session is being delivered (PX)
+//	<ns>:{<agent>/<session>}:sent:<m>     string resume message m was delivered (24 h)
 //	<ns>:jobidx                           hash   job id → tag (lookup by id)
 //	<ns>:active                           zset   job ids not yet terminal, for the reconciler (score = created_at ms)
 //	<ns>:turnsem                          zset   running turns → lease expiry ms (the global cap)
@@ -60,6 +61,7 @@ func (k keys) stormWindow(tag string) string      { return k.session(tag) + ":st
 func (k keys) stormQueue(tag string) string       { return k.session(tag) + ":stormq" }
 func (k keys) stormPattern() string               { return k.ns + ":{*}:stormq" }
 func (k keys) inflight(tag string) string         { return k.session(tag) + ":inflight" }
+func (k keys) sent(tag, messageID string) string  { return k.session(tag) + ":sent:" + messageID }
 func (k keys) active() string                     { return k.ns + ":active" }
 func (k keys) turnSem() string                    { return k.ns + ":turnsem" }
 func (k keys) agents() string                     { return k.ns + ":agents" }

@@ -379,10 +379,20 @@ func (m *Manager) ProcessResume(ctx context.Context, t *asynq.Task) error {
 	}
 	defer m.rdb.Eval(context.WithoutCancel(ctx), `if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end return 0`,
 		[]string{lock}, p.MessageID)
+	// A worker that died after sending but before asynq recorded the task
+	// done would send it again on recovery: the delivered mark, set the
+	// moment the agent answered, turns that repeat into a no-op.
+	sent := m.k.sent(tag, p.MessageID)
+	if n, err := m.rdb.Exists(ctx, sent).Result(); err != nil {
+		return err
+	} else if n == 1 {
+		return nil
+	}
 	if err := m.resumer.SendResume(ctx, a, p.Session, p.MessageID, p.Meta); err != nil {
 		metrics.Resumes.WithLabelValues("failed").Inc()
 		return err
 	}
+	m.rdb.Set(context.WithoutCancel(ctx), sent, "1", resumeRetention)
 	metrics.Resumes.WithLabelValues("delivered").Inc()
 	if p.Since > 0 {
 		metrics.ResumeLatency.Observe(m.now().Sub(time.UnixMilli(p.Since)).Seconds())
