@@ -27,3 +27,21 @@ func ValidJobID(s string) bool { return jobIDRE.MatchString(s) }
 
 // ValidBatchID reports whether s has the shape bt-<12 hex>.
 func ValidBatchID(s string) bool { return batchIDRE.MatchString(s) }
+
+// CheckSession returns the 400 for a bad session id, naming field; nil
+// when s is valid.
+func CheckSession(field, s string) error {
+	if ValidSession(s) {
+		return nil
+	}
+	return FieldError(field, "session ids are 1–200 characters of [A-Za-z0-9._:@/-]")
+}
+
+// CheckAgentName returns the 400 for a bad agent name, naming field; nil
+// when s is valid.
+func CheckAgentName(field, s string) error {
+	if ValidAgentName(s) {
+		return nil
+	}
+	return FieldError(field, "agent names are 1–64 characters of [a-z0-9_-]")
+}

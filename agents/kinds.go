@@ -192,8 +192,8 @@ func (r *A2A) DelegateKind(lookup AgentLookup) tasks.WorkKind {
 			if err := decodeStrict(raw, &a); err != nil {
 				return err
 			}
-			if !bgjobs.ValidAgentName(a.Agent) {
-				return bgjobs.FieldError("work.args.agent", "agent names are 1–64 characters of [a-z0-9_-]")
+			if err := bgjobs.CheckAgentName("work.args.agent", a.Agent); err != nil {
+				return err
 			}
 			if strings.TrimSpace(a.Message) == "" {
 				return bgjobs.FieldError("work.args.message", "a delegate job needs a message")

@@ -75,8 +75,8 @@ func handleGetAgent(m *tasks.Manager) echo.HandlerFunc {
 // manage it; another agent's configuration does not exist for the caller.
 func managedAgent(c echo.Context) (string, error) {
 	name := c.Param("name")
-	if !bgjobs.ValidAgentName(name) {
-		return "", bgjobs.FieldError("name", "agent names are 1–64 characters of [a-z0-9_-]")
+	if err := bgjobs.CheckAgentName("name", name); err != nil {
+		return "", err
 	}
 	if !mayManage(c, name) {
 		return "", bgjobs.Errorf(bgjobs.ENotFound, "no agent %s", name)

@@ -76,7 +76,36 @@ func newAuthenticator(cfg bgjobs.Config, lookup func(ctx context.Context, key st
 	return a
 }
 
-// resolve returns the caller of a presented key, or false.
+// credential is the key a request presents: its bearer token or, on a safe
+// (GET) request, the console's sign-in cookie — a browser's EventSource
+// cannot send headers, only its SameSite=Strict cookie.
+func credential(c echo.Context) string {
+	key, ok := strings.CutPrefix(c.Request().Header.Get("Authorization"), "Bearer ")
+	if !ok && c.Request().Method == http.MethodGet {
+		if ck, err := c.Cookie(keyCookie); err == nil {
+			key = ck.Value
+		}
+	}
+	return strings.TrimSpace(key)
+}
+
+// lookup finds the caller of a key: a configured key first, then one made
+// with `bgjobs keys create`.
+func (a *authenticator) lookup(ctx context.Context, key string) (caller, bool, error) {
+	if key == "" {
+		return caller{}, false, nil
+	}
+	if who, ok := a.resolve(key); ok {
+		return who, true, nil
+	}
+	agent, err := a.stored.get(ctx, key)
+	if err != nil || agent == "" {
+		return caller{}, false, err
+	}
+	return caller{agent: agent}, true, nil
+}
+
+// resolve returns the caller of a configured key, or false.
 func (a *authenticator) resolve(key string) (caller, bool) {
 	sum := sha256.Sum256([]byte(key))
 	found := caller{}
@@ -99,27 +128,14 @@ func (a *authenticator) middleware(next echo.HandlerFunc) echo.HandlerFunc {
 			setCaller(c, caller{agent: OpenAgent, admin: true})
 			return next(c)
 		}
-		h := c.Request().Header.Get("Authorization")
-		key, ok := strings.CutPrefix(h, "Bearer ")
-		if !ok && c.Request().Method == http.MethodGet {
-			// The console's event stream: a browser's EventSource cannot
-			// send headers, only its SameSite=Strict sign-in cookie.
-			if ck, err := c.Cookie(keyCookie); err == nil {
-				key, ok = ck.Value, true
-			}
-		}
-		if !ok || key == "" {
+		key := credential(c)
+		if key == "" {
 			c.Response().Header().Set("WWW-Authenticate", `Bearer realm="bgjobs"`)
 			return bgjobs.Errorf(bgjobs.EUnauthenticated, "missing Authorization: Bearer <key>")
 		}
-		key = strings.TrimSpace(key)
-		who, ok := a.resolve(key)
-		if !ok {
-			agent, err := a.stored.get(c.Request().Context(), key)
-			if err != nil {
-				return err
-			}
-			who, ok = caller{agent: agent}, agent != ""
+		who, ok, err := a.lookup(c.Request().Context(), key)
+		if err != nil {
+			return err
 		}
 		if !ok {
 			c.Response().Header().Set("WWW-Authenticate", `Bearer realm="bgjobs", error="invalid_token"`)
@@ -129,8 +145,8 @@ func (a *authenticator) middleware(next echo.HandlerFunc) echo.HandlerFunc {
 			if !who.admin {
 				return bgjobs.FieldError("X-Bgjobs-Agent", "only the admin key may act for another agent")
 			}
-			if !bgjobs.ValidAgentName(as) {
-				return bgjobs.FieldError("X-Bgjobs-Agent", "agent names are 1–64 characters of [a-z0-9_-]")
+			if err := bgjobs.CheckAgentName("X-Bgjobs-Agent", as); err != nil {
+				return err
 			}
 			who.agent = as
 		}

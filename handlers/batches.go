@@ -38,9 +38,6 @@ func handleSpawnBatch(m *tasks.Manager) echo.HandlerFunc {
 		if err := decodeBody(c, &body); err != nil {
 			return err
 		}
-		if len(body.Jobs) > tasks.BatchMax {
-			return &bgjobs.Error{Code: bgjobs.ETooLarge, Message: "at most 1000 jobs in a batch", Field: "jobs"}
-		}
 		specs := make([]tasks.SpawnRequest, len(body.Jobs))
 		for i, raw := range body.Jobs {
 			var j batchJob

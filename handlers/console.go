@@ -51,7 +51,7 @@ func (a *authenticator) pageAuth(next echo.HandlerFunc) echo.HandlerFunc {
 			setCaller(c, caller{agent: OpenAgent, admin: true})
 			return next(c)
 		}
-		who, ok, err := a.identify(c)
+		who, ok, err := a.lookup(c.Request().Context(), credential(c))
 		if err != nil {
 			return err
 		}
@@ -69,29 +69,6 @@ func (a *authenticator) pageAuth(next echo.HandlerFunc) echo.HandlerFunc {
 	}
 }
 
-// identify reads a key from the Authorization header, or from the sign-in
-// cookie on a safe (GET) request.
-func (a *authenticator) identify(c echo.Context) (caller, bool, error) {
-	key, ok := strings.CutPrefix(c.Request().Header.Get("Authorization"), "Bearer ")
-	if !ok && c.Request().Method == http.MethodGet {
-		if ck, err := c.Cookie(keyCookie); err == nil {
-			key, ok = ck.Value, true
-		}
-	}
-	key = strings.TrimSpace(key)
-	if !ok || key == "" {
-		return caller{}, false, nil
-	}
-	if who, ok := a.resolve(key); ok {
-		return who, true, nil
-	}
-	agent, err := a.stored.get(c.Request().Context(), key)
-	if err != nil || agent == "" {
-		return caller{}, false, err
-	}
-	return caller{agent: agent}, true, nil
-}
-
 func handleLoginPage() echo.HandlerFunc {
 	return func(c echo.Context) error {
 		return renderPage(c, "login", pageData{Title: "Sign in"})
@@ -101,13 +78,9 @@ func handleLoginPage() echo.HandlerFunc {
 func handleLogin(a *authenticator) echo.HandlerFunc {
 	return func(c echo.Context) error {
 		key := strings.TrimSpace(c.FormValue("key"))
-		_, ok := a.resolve(key)
-		if !ok && key != "" {
-			agent, err := a.stored.get(c.Request().Context(), key)
-			if err != nil {
-				return err
-			}
-			ok = agent != ""
+		_, ok, err := a.lookup(c.Request().Context(), key)
+		if err != nil {
+			return err
 		}
 		if !ok {
 			c.Response().WriteHeader(http.StatusUnauthorized)
@@ -143,18 +116,13 @@ func consoleData(c echo.Context, m *tasks.Manager, title string) (pageData, erro
 	if who.agent == "" {
 		return d, nil
 	}
-	jobs, _, err := m.List(c.Request().Context(), tasks.ListRequest{Agent: who.agent, Session: d.Session, Status: d.Status, Limit: 100})
+	jobs, _, err := m.List(c.Request().Context(), tasks.ListRequest{Agent: who.agent, Session: d.Session, Status: d.Status,
+		Limit: 100, WithResults: true})
 	if err != nil {
 		return d, err
 	}
-	// The list omits results; the cards show an excerpt, so read those rows whole.
-	for i, j := range jobs {
-		if j.Status.Terminal() {
-			if full, err := m.Get(c.Request().Context(), who.agent, j.ID); err == nil {
-				jobs[i] = full
-			}
-		}
-		if j.Status == tasks.StatusQueued || j.Status == tasks.StatusRunning {
+	for _, j := range jobs {
+		if !j.Status.Terminal() {
 			d.Running++
 		}
 	}

@@ -28,8 +28,8 @@ func handleEvents(m *tasks.Manager) echo.HandlerFunc {
 		var agents []string
 		switch a := c.QueryParam("agent"); {
 		case a != "" && (who.admin || a == who.agent):
-			if !bgjobs.ValidAgentName(a) {
-				return bgjobs.FieldError("agent", "agent names are 1–64 characters of [a-z0-9_-]")
+			if err := bgjobs.CheckAgentName("agent", a); err != nil {
+				return err
 			}
 			agents = []string{a}
 		case a != "":

@@ -40,8 +40,10 @@ func handleRecall(mem Memory) echo.HandlerFunc {
 		}
 		q := c.QueryParams()
 		req := search.RecallRequest{Agent: agent, Query: q.Get("q"), Session: q.Get("session"), SourceType: q.Get("source_type")}
-		if req.Session != "" && !bgjobs.ValidSession(req.Session) {
-			return bgjobs.FieldError("session", "session ids are 1–200 characters of [A-Za-z0-9._:@/-]")
+		if req.Session != "" {
+			if err := bgjobs.CheckSession("session", req.Session); err != nil {
+				return err
+			}
 		}
 		if s := q.Get("limit"); s != "" {
 			n, err := strconv.Atoi(s)
@@ -89,8 +91,8 @@ func handleKnowledge(m *tasks.Manager, mem Memory) echo.HandlerFunc {
 		if err := decodeBody(c, &b); err != nil {
 			return err
 		}
-		if !bgjobs.ValidSession(b.Session) {
-			return bgjobs.FieldError("session", "session ids are 1–200 characters of [A-Za-z0-9._:@/-]")
+		if err := bgjobs.CheckSession("session", b.Session); err != nil {
+			return err
 		}
 		ctx := c.Request().Context()
 		if b.URL != "" {
@@ -98,7 +100,7 @@ func handleKnowledge(m *tasks.Manager, mem Memory) echo.HandlerFunc {
 				return bgjobs.FieldError("text", "give text or url, not both")
 			}
 			j, _, err := m.Spawn(ctx, tasks.SpawnRequest{Agent: agent, OriginSession: b.Session, Kind: tasks.KindWork,
-				Description: cutString("Ingest "+b.URL, bgjobs.MaxDescriptionChars),
+				Description: bgjobs.CutRunes("Ingest "+b.URL, bgjobs.MaxDescriptionChars),
 				Work:        &tasks.WorkSpec{Type: "ingest", Args: mustJSON(map[string]string{"url": b.URL})}})
 			if err != nil {
 				if be, ok := err.(*bgjobs.Error); ok && be.Field == "work.args" {
@@ -121,7 +123,7 @@ func handleKnowledge(m *tasks.Manager, mem Memory) echo.HandlerFunc {
 		if title == "" {
 			title = "Note"
 		}
-		docs := search.Passages(search.NewDocID("kn"), agent, b.Session, search.SourceIngest, cutString(title, 300), b.Text, search.TrustExternal)
+		docs := search.Passages(search.NewDocID("kn"), agent, b.Session, search.SourceIngest, bgjobs.CutRunes(title, 300), b.Text, search.TrustExternal)
 		last, err := m.AppendDocs(ctx, docs)
 		if err != nil {
 			return err
@@ -131,12 +133,4 @@ func handleKnowledge(m *tasks.Manager, mem Memory) echo.HandlerFunc {
 		_ = mem.WaitFor(waitCtx, last) // durable either way; this makes it searchable before we answer
 		return c.JSON(http.StatusCreated, map[string]any{"doc_id": docs[0].DocID, "passages": len(docs)})
 	}
-}
-
-func cutString(s string, n int) string {
-	r := []rune(s)
-	if len(r) <= n {
-		return s
-	}
-	return string(r[:n])
 }

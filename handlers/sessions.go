@@ -44,9 +44,6 @@ func handleDrain(m *tasks.Manager) func(echo.Context, string) error {
 		if err != nil {
 			return err
 		}
-		if !bgjobs.ValidSession(session) {
-			return bgjobs.FieldError("session", "session ids are 1–200 characters of [A-Za-z0-9._:@/-]")
-		}
 		idem := c.Request().Header.Get("Idempotency-Key")
 		if len(idem) > 255 {
 			return bgjobs.FieldError("Idempotency-Key", "at most 255 characters")

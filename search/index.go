@@ -257,7 +257,7 @@ func (x *Index) Recall(ctx context.Context, r RecallRequest) (*RecallResult, err
 		d := docFromFields(h.ID, h.Fields)
 		snippet := strings.Join(h.Fragments["body"], " … ")
 		if snippet == "" {
-			snippet = html.EscapeString(cut(d.Body, snippetChars))
+			snippet = html.EscapeString(bgjobs.Excerpt(d.Body, snippetChars))
 		}
 		out.Hits = append(out.Hits, Hit{DocID: d.DocID, JobID: d.JobID, Session: d.Session, SourceType: d.SourceType,
 			Heading: d.Heading, Snippet: snippet, Score: h.Score, TrustTier: d.TrustTier, CreatedAt: d.CreatedAt,
@@ -271,12 +271,4 @@ func (x *Index) Count() (uint64, error) {
 	x.mu.RLock()
 	defer x.mu.RUnlock()
 	return x.idx.DocCount()
-}
-
-func cut(s string, n int) string {
-	r := []rune(s)
-	if len(r) <= n {
-		return s
-	}
-	return string(r[:n]) + "…"
 }

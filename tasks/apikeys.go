@@ -21,8 +21,8 @@ func KeyDigest(key string) string {
 // CreateKey makes a new key for agent, stores its digest and returns the
 // key: the only time it is ever shown.
 func (m *Manager) CreateKey(ctx context.Context, agent string) (string, error) {
-	if !bgjobs.ValidAgentName(agent) {
-		return "", bgjobs.FieldError("agent", "agent names are 1–64 characters of [a-z0-9_-]")
+	if err := bgjobs.CheckAgentName("agent", agent); err != nil {
+		return "", err
 	}
 	var b [24]byte
 	_, _ = rand.Read(b[:])

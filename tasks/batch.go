@@ -55,8 +55,8 @@ type Batch struct {
 // join resume goes out when the last member settles, or as a partial join
 // when the straggler timeout passes first.
 func (m *Manager) SpawnBatch(ctx context.Context, agent, session string, specs []SpawnRequest) (*BatchResult, error) {
-	if !bgjobs.ValidSession(session) {
-		return nil, bgjobs.FieldError("origin_session", "session ids are 1–200 characters of [A-Za-z0-9._:@/-]")
+	if err := bgjobs.CheckSession("origin_session", session); err != nil {
+		return nil, err
 	}
 	if len(specs) == 0 {
 		return nil, bgjobs.FieldError("jobs", "a batch needs at least one job")

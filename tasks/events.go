@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/bgjobs/bgjobs"
 )
 
 // Event types published for people watching (SSE, the console). They are
@@ -56,9 +58,9 @@ const eventResultChars = 500
 // are display only: they go out through the sink, batched with other
 // bookkeeping, and never delay or fail the state change they report.
 func (m *Manager) publish(e Event) {
-	e.Result = cutRunes(e.Result, eventResultChars)
-	e.Error = cutRunes(e.Error, eventResultChars)
-	e.Text = cutRunes(e.Text, eventResultChars)
+	e.Result = bgjobs.CutRunes(e.Result, eventResultChars)
+	e.Error = bgjobs.CutRunes(e.Error, eventResultChars)
+	e.Text = bgjobs.CutRunes(e.Text, eventResultChars)
 	b, err := json.Marshal(e)
 	if err != nil {
 		return
@@ -74,17 +76,6 @@ func (m *Manager) publish(e Event) {
 // returned PubSub.
 func (m *Manager) Subscribe(ctx context.Context, agent string) *redis.PubSub {
 	return m.rdb.Subscribe(ctx, m.k.events(agent))
-}
-
-func cutRunes(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	r := []rune(s)
-	if len(r) <= n {
-		return s
-	}
-	return string(r[:n])
 }
 
 // sink runs the writes that follow a state change but need not share its

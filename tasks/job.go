@@ -87,7 +87,7 @@ const (
 	fBatch, fIncognito, fAttempts       = "batch_id", "incognito", "attempts"
 	fCreated, fStarted, fCompleted      = "created_at", "started_at", "completed_at"
 	fReportIndexed, fHasResult, fHasErr = "report_indexed", "has_result", "has_error"
-	fGeneration, fWaitUntil             = "generation", "wait_until"
+	fGeneration, fWaitUntil, fProgress  = "generation", "wait_until", "progress"
 )
 
 // jobFromHash turns a job hash into a Job. Times are unix milliseconds.
@@ -122,7 +122,7 @@ func jobFromHash(h map[string]string) *Job {
 	}
 	j.Attempts, _ = strconv.Atoi(h[fAttempts])
 	j.Generation, _ = strconv.Atoi(h[fGeneration])
-	j.Progress = h["progress"]
+	j.Progress = h[fProgress]
 	if s := h[fWaitUntil]; s != "" {
 		j.waitUntil = msTime(s)
 	}

@@ -19,6 +19,9 @@ type ListRequest struct {
 	BatchID string
 	Limit   int
 	Cursor  string
+	// WithResults keeps each row's result (the console's report cards);
+	// API lists omit it.
+	WithResults bool
 }
 
 // List limits.
@@ -47,8 +50,8 @@ func (m *Manager) List(ctx context.Context, req ListRequest) ([]*Job, string, er
 	}
 	key := m.k.agentJobs(req.Agent)
 	if req.Session != "" {
-		if !bgjobs.ValidSession(req.Session) {
-			return nil, "", bgjobs.FieldError("session", "session ids are 1–200 characters of [A-Za-z0-9._:@/-]")
+		if err := bgjobs.CheckSession("session", req.Session); err != nil {
+			return nil, "", err
 		}
 		key = m.k.sessionJobs(Tag(req.Agent, req.Session))
 	}
@@ -71,7 +74,7 @@ func (m *Manager) List(ctx context.Context, req ListRequest) ([]*Job, string, er
 		if len(zs) == 0 {
 			return out, "", nil
 		}
-		progressed := false
+		var ids, scores []string
 		for _, z := range zs {
 			id, _ := z.Member.(string)
 			score := strconv.FormatInt(int64(z.Score), 10)
@@ -80,13 +83,20 @@ func (m *Manager) List(ctx context.Context, req ListRequest) ([]*Job, string, er
 			if afterID != "" && score == max && id >= afterID {
 				continue
 			}
-			progressed = true
+			ids, scores = append(ids, id), append(scores, score)
+		}
+		if len(ids) == 0 {
+			return out, "", nil
+		}
+		// The page's rows in two round trips, not two per row.
+		rows, err := m.store.lookupMany(ctx, ids)
+		if err != nil {
+			return nil, "", err
+		}
+		for i, id := range ids {
 			scanned++
-			lastScore, lastID = score, id
-			j, err := m.store.lookup(ctx, id)
-			if err != nil {
-				return nil, "", err
-			}
+			lastScore, lastID = scores[i], id
+			j := rows[i]
 			if j == nil || j.Agent != req.Agent {
 				m.rdb.ZRem(ctx, key, id) // expired after notification
 				continue
@@ -96,14 +106,14 @@ func (m *Manager) List(ctx context.Context, req ListRequest) ([]*Job, string, er
 				(req.BatchID != "" && (j.BatchID == nil || *j.BatchID != req.BatchID)) {
 				continue
 			}
-			j.Result, j.Prompt = nil, ""
+			if !req.WithResults {
+				j.Result = nil
+			}
+			j.Prompt = ""
 			out = append(out, j)
 			if len(out) == req.Limit {
 				return out, encodeCursor(lastScore, lastID), nil
 			}
-		}
-		if !progressed {
-			return out, "", nil
 		}
 		max, afterID = lastScore, lastID
 	}

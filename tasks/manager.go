@@ -236,11 +236,11 @@ func (m *Manager) checkSpawn(ctx context.Context, req SpawnRequest) (*Job, error
 	if req.Invalid != nil {
 		return nil, req.Invalid
 	}
-	if !bgjobs.ValidAgentName(req.Agent) {
-		return nil, bgjobs.FieldError("agent", "agent names are 1–64 characters of [a-z0-9_-]")
+	if err := bgjobs.CheckAgentName("agent", req.Agent); err != nil {
+		return nil, err
 	}
-	if !bgjobs.ValidSession(req.OriginSession) {
-		return nil, bgjobs.FieldError("origin_session", "session ids are 1–200 characters of [A-Za-z0-9._:@/-]")
+	if err := bgjobs.CheckSession("origin_session", req.OriginSession); err != nil {
+		return nil, err
 	}
 	if utf8.RuneCountInString(req.Description) > bgjobs.MaxDescriptionChars {
 		return nil, bgjobs.FieldError("description", "at most %d characters", bgjobs.MaxDescriptionChars)
@@ -385,11 +385,7 @@ func (m *Manager) Cancel(ctx context.Context, agent, id string) (*Job, error) {
 // worker running it. Both are best effort: a worker that starts the task
 // anyway finds the row terminal and does nothing.
 func (m *Manager) stopTask(j *Job) {
-	queue := m.Queue(QueueWork)
-	if j.Kind == KindTurn {
-		queue = m.Queue(QueueTurns)
-	}
-	info, err := m.insp.GetTaskInfo(queue, j.ID)
+	info, err := m.insp.GetTaskInfo(m.queueOf(j), j.ID)
 	if err != nil {
 		return
 	}
@@ -397,7 +393,7 @@ func (m *Manager) stopTask(j *Job) {
 		_ = m.insp.CancelProcessing(j.ID)
 		return
 	}
-	_ = m.insp.DeleteTask(queue, j.ID)
+	_ = m.insp.DeleteTask(m.queueOf(j), j.ID)
 }
 
 // Ack marks a finished job consumed another way, so drain skips it. It
@@ -434,11 +430,7 @@ func (m *Manager) Delete(ctx context.Context, agent, id string) error {
 	}
 	switch n {
 	case 1:
-		queue := m.Queue(QueueWork)
-		if j.Kind == KindTurn {
-			queue = m.Queue(QueueTurns)
-		}
-		_ = m.insp.DeleteTask(queue, id) // archived leftovers, if any
+		_ = m.insp.DeleteTask(m.queueOf(j), id) // archived leftovers, if any
 		return nil
 	case -2:
 		return bgjobs.Errorf(bgjobs.EConflict, "job %s is still %s", id, j.Status)
@@ -450,8 +442,8 @@ func (m *Manager) Delete(ctx context.Context, agent, id string) error {
 // completion first, each exactly once. A repeat with the same idempotency
 // key within 10 minutes returns the same notifications.
 func (m *Manager) Drain(ctx context.Context, agent, session, idemKey string) ([]Notification, error) {
-	if !bgjobs.ValidSession(session) {
-		return nil, bgjobs.FieldError("session", "session ids are 1–200 characters of [A-Za-z0-9._:@/-]")
+	if err := bgjobs.CheckSession("session", session); err != nil {
+		return nil, err
 	}
 	now := m.now()
 	hold := drainHold{on: m.indexerAlive(ctx), capBytes: m.cfg.SummaryChars, since: now.Add(-indexGrace)}
@@ -475,8 +467,8 @@ func (m *Manager) Drain(ctx context.Context, agent, session, idemKey string) ([]
 
 // PutAgent stores where bgjobs reaches an agent.
 func (m *Manager) PutAgent(ctx context.Context, a *Agent) error {
-	if !bgjobs.ValidAgentName(a.Name) {
-		return bgjobs.FieldError("name", "agent names are 1–64 characters of [a-z0-9_-]")
+	if err := bgjobs.CheckAgentName("name", a.Name); err != nil {
+		return err
 	}
 	if a.Resume == "" {
 		a.Resume = ResumeNone
@@ -519,8 +511,8 @@ func (m *Manager) PutAgent(ctx context.Context, a *Agent) error {
 
 // GetAgent returns an agent's configuration, or not_found.
 func (m *Manager) GetAgent(ctx context.Context, name string) (*Agent, error) {
-	if !bgjobs.ValidAgentName(name) {
-		return nil, bgjobs.FieldError("name", "agent names are 1–64 characters of [a-z0-9_-]")
+	if err := bgjobs.CheckAgentName("name", name); err != nil {
+		return nil, err
 	}
 	a, err := m.store.getAgent(ctx, name)
 	if err != nil {

@@ -74,9 +74,7 @@ func (m *Manager) MarkIndexed(ctx context.Context, docs []search.Doc) {
 				continue
 			}
 			tag := Tag(d.Agent, d.Session)
-			// HSETs only an existing row: a deleted job stays deleted.
-			p.Eval(ctx, `if redis.call('EXISTS', KEYS[1]) == 1 then redis.call('HSET', KEYS[1], 'report_indexed', '1') end return 1`,
-				[]string{m.k.job(tag, d.JobID)})
+			hsetIfExistsCmd.Eval(ctx, p, []string{m.k.job(tag, d.JobID)}, fReportIndexed, "1")
 			tags[tag] = true
 		}
 		return nil

@@ -15,15 +15,9 @@ import (
 // is retried; a completed one only with force. The new outcome drains once,
 // and a turn's new report supersedes the old one in memory.
 func (m *Manager) Retry(ctx context.Context, id string, force bool) (*Job, error) {
-	if !bgjobs.ValidJobID(id) {
-		return nil, bgjobs.FieldError("id", "job ids look like bg-0123456789ab")
-	}
-	j, err := m.store.lookup(ctx, id)
+	j, err := m.Lookup(ctx, id)
 	if err != nil {
 		return nil, err
-	}
-	if j == nil {
-		return nil, bgjobs.Errorf(bgjobs.ENotFound, "no job %s", id)
 	}
 	tag := Tag(j.Agent, j.OriginSession)
 	n, err := retryCmd.Run(ctx, m.rdb, []string{m.k.job(tag, id), m.k.pending(tag)}, boolStr(force), m.k.sessionPrefix(tag)).Int()

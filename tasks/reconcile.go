@@ -119,11 +119,7 @@ func (m *Manager) Reconcile(ctx context.Context) (int, error) {
 
 // lostReason says why j can never end on its own, or "" if it still can.
 func (m *Manager) lostReason(j *Job, live map[string]bool) string {
-	queue := m.Queue(QueueWork)
-	if j.Kind == KindTurn {
-		queue = m.Queue(QueueTurns)
-	}
-	info, err := m.insp.GetTaskInfo(queue, j.ID)
+	info, err := m.insp.GetTaskInfo(m.queueOf(j), j.ID)
 	switch {
 	case errors.Is(err, asynq.ErrTaskNotFound), errors.Is(err, asynq.ErrQueueNotFound):
 		return "its queued task is gone (deleted or purged from the queue); it will not run"

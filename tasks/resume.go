@@ -1,6 +1,7 @@
 package tasks
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -134,7 +135,7 @@ func (m *Manager) pump(ctx context.Context, tag string) error {
 				continue // the indexer moves it on
 			}
 			m.log.Warn("outbox entry will be retried", slog.String("entry", entry), slog.Any("err", err))
-			first = cmpOrErr(first, err)
+			first = cmp.Or(first, err)
 			continue
 		}
 		m.rdb.ZRem(ctx, m.k.outbox(tag), entry)
@@ -155,13 +156,6 @@ func (m *Manager) pumpEntry(ctx context.Context, tag, entry string, at int64) er
 		return err
 	}
 	return cmd.Err()
-}
-
-func cmpOrErr(a, b error) error {
-	if a != nil {
-		return a
-	}
-	return b
 }
 
 // follow carries out one outbox entry.
@@ -377,8 +371,7 @@ func (m *Manager) ProcessResume(ctx context.Context, t *asynq.Task) error {
 	} else if !ok {
 		return errNudgeInFlight
 	}
-	defer m.rdb.Eval(context.WithoutCancel(ctx), `if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end return 0`,
-		[]string{lock}, p.MessageID)
+	defer releaseLockCmd.Run(context.WithoutCancel(ctx), m.rdb, []string{lock}, p.MessageID)
 	// A worker that died after sending but before asynq recorded the task
 	// done would send it again on recovery: the delivered mark, set the
 	// moment the agent answered, turns that repeat into a no-op.
@@ -398,12 +391,14 @@ func (m *Manager) ProcessResume(ctx context.Context, t *asynq.Task) error {
 		metrics.ResumeLatency.Observe(m.now().Sub(time.UnixMilli(p.Since)).Seconds())
 	}
 	m.log.Info("resume delivered", slog.String("session", p.Session), slog.String("message_id", p.MessageID))
-	m.publish(Event{Type: EventResumed, JobID: firstOr(p.Meta.Jobs), Agent: p.Agent, OriginSession: p.Session,
+	m.publish(Event{Type: EventResumed, JobID: soleJob(p.Meta.Jobs), Agent: p.Agent, OriginSession: p.Session,
 		Status: StatusCompleted, Trigger: p.Meta.Trigger, Counts: &p.Meta.Counts, At: m.now().UTC()})
 	return nil
 }
 
-func firstOr(ids []string) string {
+// soleJob is the job id a resume event names: the one job it announces,
+// or none for a batch or a merge.
+func soleJob(ids []string) string {
 	if len(ids) == 1 {
 		return ids[0]
 	}
@@ -444,8 +439,8 @@ func (m *Manager) ProcessLapse(ctx context.Context, t *asynq.Task) error {
 // Busy marks a session inside a turn for ttl: resumes are held, never
 // dropped, until Idle or until the lease lapses.
 func (m *Manager) Busy(ctx context.Context, agent, session string, ttl time.Duration) error {
-	if !bgjobs.ValidSession(session) {
-		return bgjobs.FieldError("session", "session ids are 1–200 characters of [A-Za-z0-9._:@/-]")
+	if err := bgjobs.CheckSession("session", session); err != nil {
+		return err
 	}
 	if ttl <= 0 || ttl > busyTTLMax {
 		return bgjobs.FieldError("ttl_s", "between 1 and %d", int(busyTTLMax.Seconds()))
@@ -468,8 +463,8 @@ func (m *Manager) Busy(ctx context.Context, agent, session string, ttl time.Dura
 // Idle ends a session's busy lease; one coalesced resume fires if resumes
 // were held and anything is still undrained.
 func (m *Manager) Idle(ctx context.Context, agent, session string) error {
-	if !bgjobs.ValidSession(session) {
-		return bgjobs.FieldError("session", "session ids are 1–200 characters of [A-Za-z0-9._:@/-]")
+	if err := bgjobs.CheckSession("session", session); err != nil {
+		return err
 	}
 	_, err := m.endBusy(ctx, Tag(agent, session), "idle")
 	return err
@@ -515,10 +510,10 @@ func (m *Manager) PumpAll(ctx context.Context) error {
 		key := iter.Val()
 		tag := strings.TrimSuffix(strings.TrimPrefix(key, prefix), "}:outbox")
 		if err := m.pump(ctx, tag); err != nil {
-			first = cmpOrErr(first, err)
+			first = cmp.Or(first, err)
 		}
 	}
-	return cmpOrErr(first, iter.Err())
+	return cmp.Or(first, iter.Err())
 }
 
 // agentCache keeps agent configurations for a moment: every settle asks

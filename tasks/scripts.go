@@ -449,3 +449,30 @@ redis.call('ZADD', KEYS[3], ARGV[1], entry)
 redis.call('SET', KEYS[1], tonumber(ARGV[1]) + tonumber(ARGV[2]), 'PX', tonumber(ARGV[2]) + 60000)
 return {entry, 0}
 `)
+
+// hsetIfExistsCmd sets one field of a row only while the row exists: a
+// late follow-up (an index mark, a progress line) must never bring a
+// deleted or expired row back as a fragment.
+//
+// KEYS[1] -> job hash
+// ARGV[1] -> field
+// ARGV[2] -> value
+//
+// Returns 1 if set, 0 if there is no such row.
+var hsetIfExistsCmd = redis.NewScript(`
+if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
+redis.call('HSET', KEYS[1], ARGV[1], ARGV[2])
+return 1
+`)
+
+// releaseLockCmd deletes a lock only if the caller still holds it, so a
+// delivery that outlived its lock never frees another's.
+//
+// KEYS[1] -> lock key
+// ARGV[1] -> the holder's token
+//
+// Returns 1 if released, 0 if the lock had passed on or expired.
+var releaseLockCmd = redis.NewScript(`
+if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
+return redis.call('DEL', KEYS[1])
+`)

@@ -143,6 +143,32 @@ func (s *Store) lookup(ctx context.Context, id string) (*Job, error) {
 	return j, err
 }
 
+// lookupMany reads rows by id in two round trips; a missing row is nil.
+func (s *Store) lookupMany(ctx context.Context, ids []string) ([]*Job, error) {
+	tags, err := s.rdb.HMGet(ctx, s.k.jobIndex(), ids...).Result()
+	if err != nil {
+		return nil, unavailable("look up jobs", err)
+	}
+	cmds := make([]*redis.MapStringStringCmd, len(ids))
+	if _, err := s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for i, id := range ids {
+			if tag, _ := tags[i].(string); tag != "" {
+				cmds[i] = p.HGetAll(ctx, s.k.job(tag, id))
+			}
+		}
+		return nil
+	}); err != nil {
+		return nil, unavailable("read jobs", err)
+	}
+	out := make([]*Job, len(ids))
+	for i, c := range cmds {
+		if c != nil && len(c.Val()) > 0 {
+			out[i] = jobFromHash(c.Val())
+		}
+	}
+	return out, nil
+}
+
 // start runs startCmd. It returns the script's code, the attempt number
 // and, when the job is now running, its row.
 func (s *Store) start(ctx context.Context, tag, id string, now time.Time) (int64, int64, *Job, error) {

@@ -13,6 +13,7 @@ import (
 	"github.com/hibiken/asynq"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/bgjobs/bgjobs"
 	"github.com/bgjobs/bgjobs/metrics"
 )
 
@@ -151,11 +152,9 @@ func (m *Manager) run(ctx context.Context, j *Job) (string, error) {
 			SubagentType: j.SubagentType, Preamble: agent.SubagentTypes[j.SubagentType], Prompt: j.Prompt,
 			Progress: func(state, text string) {
 				seq++
-				key, line := m.k.job(Tag(j.Agent, j.OriginSession), j.ID), cutRunes(text, eventResultChars)
-				// Only onto a row that still exists: a late write must never
-				// bring a deleted row back as a fragment.
+				key, line := m.k.job(Tag(j.Agent, j.OriginSession), j.ID), bgjobs.CutRunes(text, eventResultChars)
 				m.sink.add(func(ctx context.Context, p redis.Pipeliner) {
-					p.Eval(ctx, `if redis.call('EXISTS', KEYS[1]) == 1 then redis.call('HSET', KEYS[1], 'progress', ARGV[1]) end return 1`, []string{key}, line)
+					hsetIfExistsCmd.Eval(ctx, p, []string{key}, fProgress, line)
 				})
 				m.publish(Event{Type: EventProgress, JobID: j.ID, Agent: j.Agent, OriginSession: j.OriginSession,
 					Status: StatusRunning, Kind: j.Kind, Description: j.Description, Seq: seq, State: state,

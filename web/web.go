@@ -17,6 +17,8 @@ import (
 	"github.com/microcosm-cc/bluemonday"
 	"github.com/yuin/goldmark"
 	"github.com/yuin/goldmark/extension"
+
+	"github.com/bgjobs/bgjobs"
 )
 
 //go:embed templates/*.html
@@ -37,11 +39,7 @@ var pages = template.Must(template.New("").Funcs(template.FuncMap{
 		if s == nil {
 			return ""
 		}
-		r := []rune(*s)
-		if len(r) > 600 {
-			return string(r[:600]) + "…"
-		}
-		return *s
+		return bgjobs.Excerpt(*s, 600)
 	},
 	"markdown": Markdown,
 	"snippet":  Snippet,

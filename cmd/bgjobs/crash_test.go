@@ -47,11 +47,18 @@ func (e *buildError) Error() string { return e.err.Error() + "\n" + e.out }
 // startWorker runs `bgjobs worker` as a subprocess against url.
 func startWorker(t *testing.T, url string, out *lockedBuffer) *exec.Cmd {
 	t.Helper()
+	return startProcess(t, out, "worker", "REDIS_URL="+url, "BGJOBS_WORK_CONCURRENCY=60", "BGJOBS_POLL_INTERVAL=20ms",
+		"BGJOBS_RECONCILE_INTERVAL=5s")
+}
+
+// startProcess runs the bgjobs binary with a subcommand and extra
+// environment; it is killed when the test ends.
+func startProcess(t *testing.T, out *lockedBuffer, sub string, env ...string) *exec.Cmd {
+	t.Helper()
 	bin, err := buildBinary()
 	require.NoError(t, err)
-	cmd := exec.Command(bin, "worker")
-	cmd.Env = append(os.Environ(), "REDIS_URL="+url, "BGJOBS_WORK_CONCURRENCY=60", "BGJOBS_POLL_INTERVAL=20ms",
-		"BGJOBS_RECONCILE_INTERVAL=5s")
+	cmd := exec.Command(bin, sub)
+	cmd.Env = append(os.Environ(), env...)
 	cmd.Stdout, cmd.Stderr = out, out
 	require.NoError(t, cmd.Start())
 	t.Cleanup(func() {
@@ -283,17 +290,8 @@ func TestResumeSurvivesAKilledWorker(t *testing.T) {
 // base URL once it answers.
 func startServeProcess(t *testing.T, url, dataDir string, out *lockedBuffer) (*exec.Cmd, string) {
 	t.Helper()
-	bin, err := buildBinary()
-	require.NoError(t, err)
 	addr := "127.0.0.1:" + strconv.Itoa(testenv.FreePort(t))
-	cmd := exec.Command(bin, "serve")
-	cmd.Env = append(os.Environ(), "REDIS_URL="+url, "BGJOBS_ADDR="+addr, "BGJOBS_DATA_DIR="+dataDir)
-	cmd.Stdout, cmd.Stderr = out, out
-	require.NoError(t, cmd.Start())
-	t.Cleanup(func() {
-		_ = cmd.Process.Kill()
-		_ = cmd.Wait()
-	})
+	cmd := startProcess(t, out, "serve", "REDIS_URL="+url, "BGJOBS_ADDR="+addr, "BGJOBS_DATA_DIR="+dataDir)
 	base := "http://" + addr
 	testenv.Eventually(t, 20*time.Second, "serve to answer", func() bool {
 		resp, err := http.Get(base + "/healthz")

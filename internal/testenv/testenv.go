@@ -75,6 +75,14 @@ func New(t testing.TB) *Env {
 		})
 		return &Env{RDB: rdb, URL: url, Namespace: ns}
 	}
+	return NewMini(t)
+}
+
+// NewMini returns a private miniredis for t whatever the environment: for
+// the tests that move Redis' clock, which a shared server cannot do.
+func NewMini(t testing.TB) *Env {
+	t.Helper()
+	ns := NewNamespace()
 	m := miniredis.NewMiniRedis()
 	if err := m.StartAddr("127.0.0.1:0"); err != nil {
 		t.Fatalf("miniredis: %v", err)
