@@ -2,6 +2,7 @@ package tasks
 
 import (
 	"context"
+	"errors"
 	"strings"
 
 	"github.com/redis/go-redis/v9"
@@ -100,4 +101,76 @@ func (a *autoPipe) loop() {
 			close(r.done)
 		}
 	}
+}
+
+// leadKey carries, in a context, commands that must go out in the same
+// pipeline as the next script call made with that context, just before it.
+type leadKey struct{}
+
+type lead struct {
+	queue func(ctx context.Context, p redis.Pipeliner) []redis.Cmder
+	// cmds are the lead's commands once queued; read them only after the
+	// script call returned without a context error.
+	cmds []redis.Cmder
+}
+
+// err is the first error of the lead's commands, or errNotSent if the
+// script call never reached Redis.
+func (l *lead) err() error {
+	if l.cmds == nil {
+		return errNotSent
+	}
+	for _, c := range l.cmds {
+		if err := c.Err(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+var errNotSent = errors.New("not sent")
+
+// withLead returns ctx carrying l for pipedScripts.
+func withLead(ctx context.Context, l *lead) context.Context {
+	return context.WithValue(ctx, leadKey{}, l)
+}
+
+// pipedScripts is the Redis client asynq runs on. Its scripts (enqueue,
+// done, retry) share the registry's pipelines instead of taking a round
+// trip each; only the fetch, which one loop repeats back to back, goes
+// straight out. A script call whose context carries a lead (a spawn's new
+// row) goes out right after the lead's commands: the row and its task cost
+// one round trip, and the row is written before the task can be fetched.
+// Every other command goes straight to the embedded client.
+type pipedScripts struct {
+	redis.UniversalClient
+	ap *autoPipe
+}
+
+func (c pipedScripts) EvalSha(ctx context.Context, sha1 string, keys []string, args ...any) *redis.Cmd {
+	l, _ := ctx.Value(leadKey{}).(*lead)
+	if l != nil && l.cmds != nil {
+		l = nil // already sent; this is a retry of the same call
+	}
+	if l == nil && isFetch(keys) {
+		return c.UniversalClient.EvalSha(ctx, sha1, keys, args...)
+	}
+	var piped *redis.Cmd
+	if err := c.ap.do(ctx, func(ctx context.Context, p redis.Pipeliner) {
+		if l != nil {
+			l.cmds = l.queue(ctx, p)
+		}
+		piped = p.EvalSha(ctx, sha1, keys, args...)
+	}); err != nil {
+		cmd := redis.NewCmd(ctx)
+		cmd.SetErr(err)
+		return cmd
+	}
+	return piped
+}
+
+// isFetch tells asynq's dequeue script by its keys (pending, paused,
+// active, lease).
+func isFetch(keys []string) bool {
+	return len(keys) == 4 && strings.HasSuffix(keys[1], ":paused")
 }

@@ -96,7 +96,7 @@ func NewManager(rdb redis.UniversalClient, cfg bgjobs.Config, d Deps) *Manager {
 		agents:  &agentCache{store: store, ttl: 2 * time.Second, items: map[string]agentCacheItem{}},
 		sink:    newSink(rdb, d.Logger),
 		k:       keys{ns: cfg.Namespace},
-		aq:      asynq.NewClientFromRedisClient(rdb),
+		aq:      asynq.NewClientFromRedisClient(pipedScripts{rdb, store.ap}),
 		insp:    asynq.NewInspectorFromRedisClient(rdb),
 		kinds:   d.Kinds,
 		turns:   d.Turns,
@@ -181,12 +181,28 @@ func (m *Manager) Spawn(ctx context.Context, req SpawnRequest) (job *Job, existe
 			return prior, prior != nil, err
 		}
 	}
-	if err := m.store.create(ctx, j); err != nil {
-		return nil, false, err
+	// The row rides in the same pipeline as its task, just ahead of it.
+	row := &lead{queue: func(ctx context.Context, p redis.Pipeliner) []redis.Cmder {
+		return m.store.queueCreate(ctx, p, j)
+	}}
+	enqErr := m.enqueue(withLead(ctx, row), j)
+	if err := ctx.Err(); err != nil {
+		// The pipeline may still be going out: a job that got in runs and
+		// settles as usual; one half-written is the reconciler's.
+		return nil, false, unavailable("spawn", err)
 	}
-	if err := m.enqueue(ctx, j); err != nil {
+	rowErr := row.err()
+	switch {
+	case enqErr != nil:
+		if rowErr == nil {
+			m.store.forget(context.WithoutCancel(ctx), j)
+		}
+		return nil, false, enqErr
+	case rowErr != nil:
+		// The task is queued but its row is not whole: take the task back.
+		_ = m.insp.DeleteTask(m.queueOf(j), j.ID)
 		m.store.forget(context.WithoutCancel(ctx), j)
-		return nil, false, err
+		return nil, false, unavailable("create job", rowErr)
 	}
 	m.publish(Event{Type: EventStarted, JobID: j.ID, Agent: j.Agent, OriginSession: j.OriginSession,
 		Status: StatusQueued, Kind: j.Kind, Description: j.Description, At: j.CreatedAt})

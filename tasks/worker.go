@@ -223,8 +223,6 @@ func retryDelay(n int, _ error, _ *asynq.Task) time.Duration {
 	return min(time.Second<<min(n, 9), 5*time.Minute)
 }
 
-// Fetch loops per process: one per workersPerFetcher work slots, at most
-// maxFetchers (each also runs asynq's housekeeping loops).
 const (
 	// followConcurrency is how many resumes and timers one process
 	// delivers at once.
@@ -232,9 +230,31 @@ const (
 	// followPollInterval bounds how long an idle process takes to pick up
 	// a resume: a nudge is worth its ~200 cheap polls a second.
 	followPollInterval = 10 * time.Millisecond
-	workersPerFetcher  = 16
-	maxFetchers        = 4
+	// Fetch loops for work, per process: one per workersPerFetcher slots,
+	// at most maxFetchers. Under load a fetch is one Redis round trip,
+	// and a round trip on a busy machine takes a millisecond or two, so a
+	// single loop would leave most slots idle while the queue grows.
+	workersPerFetcher = 4
+	maxFetchers       = 12
+	// spareFetcherPoll is the idle poll of every fetch loop but the first:
+	// they exist for throughput, not pickup latency, so an idle process
+	// pays for one fast poller only. A burst wakes them within this.
+	spareFetcherPoll = 100 * time.Millisecond
 )
+
+// FetchSplit is how a process splits its work concurrency over fetch loops
+// (asynq servers): the slots of each.
+func FetchSplit(concurrency int) []int {
+	fetchers := min(maxFetchers, max(1, concurrency/workersPerFetcher))
+	split := make([]int, fetchers)
+	for i := range split {
+		split[i] = concurrency / fetchers
+		if i < concurrency%fetchers {
+			split[i]++
+		}
+	}
+	return split
+}
 
 // Worker runs the asynq servers of one process: work jobs and turns each
 // with their own concurrency, plus the reconciler.
@@ -273,20 +293,21 @@ func (m *Manager) NewWorker() *Worker {
 	configs := []asynq.Config{turns, follow}
 	// An asynq server fetches one task per round trip from a single loop,
 	// which caps a busy server below what its workers could run. Work
-	// concurrency is split over a few servers, each with its own fetch loop.
-	fetchers := min(maxFetchers, max(1, m.cfg.WorkConcurrency/workersPerFetcher))
-	for i := range fetchers {
+	// concurrency is split over several servers, each with its own fetch
+	// loop; the first polls an idle queue at PollInterval, the spares
+	// slowly.
+	for i, n := range FetchSplit(m.cfg.WorkConcurrency) {
 		work := base
-		work.Concurrency = m.cfg.WorkConcurrency / fetchers
-		if i < m.cfg.WorkConcurrency%fetchers {
-			work.Concurrency++
+		if i > 0 {
+			work.TaskCheckInterval = max(m.cfg.PollInterval, spareFetcherPoll)
 		}
+		work.Concurrency = n
 		work.Queues = map[string]int{m.Queue(QueueWork): 1}
 		configs = append(configs, work)
 	}
 	w := &Worker{m: m, rec: m.NewReconciler()}
 	for _, cfg := range configs {
-		w.servers = append(w.servers, asynq.NewServerFromRedisClient(m.rdb, cfg))
+		w.servers = append(w.servers, asynq.NewServerFromRedisClient(pipedScripts{m.rdb, m.store.ap}, cfg))
 	}
 	w.mux = mux
 	return w

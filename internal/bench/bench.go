@@ -15,6 +15,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -43,6 +44,8 @@ type Options struct {
 	Clients int
 	// Poll is the idle worker poll interval of both phases.
 	Poll time.Duration
+	// Rounds is how many times each phase runs; medians are reported.
+	Rounds int
 	// Samples is how many resumes the latency phase times per target.
 	Samples int
 }
@@ -60,22 +63,46 @@ func Run(ctx context.Context, o Options, out io.Writer) error {
 		return err
 	}
 	defer closeRedis()
-	fmt.Fprintf(out, "bgjobs bench: %d no-op jobs per phase, worker concurrency %d, %d HTTP clients, poll %s, redis %s\n",
-		o.Jobs, o.Concurrency, o.Clients, o.Poll, where)
+	o.Rounds = max(o.Rounds, 1)
+	split := tasks.FetchSplit(o.Concurrency)
+	fmt.Fprintf(out, "bgjobs bench: %d no-op jobs per phase, worker concurrency %d, %d HTTP clients, poll %s, median of %d rounds, redis %s\n",
+		o.Jobs, o.Concurrency, o.Clients, o.Poll, o.Rounds, where)
 
-	raw, err := rawAsynq(ctx, rdb, o)
-	if err != nil {
-		return fmt.Errorf("raw asynq: %w", err)
+	phases := []struct {
+		label string
+		run   func() (time.Duration, error)
+		took  []time.Duration
+	}{
+		{label: "raw asynq   (enqueue → no-op handler)",
+			run: func() (time.Duration, error) { return rawAsynq(ctx, rdb, o, []int{o.Concurrency}) }},
+		{label: "bgjobs      (HTTP spawn → worker → settle → drain/10ms)",
+			run: func() (time.Duration, error) { return endToEnd(ctx, rdb, o) }},
+		{label: fmt.Sprintf("raw asynq   split like bgjobs (%d servers)", len(split)),
+			run: func() (time.Duration, error) { return rawAsynq(ctx, rdb, o, split) }},
 	}
-	e2e, err := endToEnd(ctx, rdb, o)
-	if err != nil {
-		return fmt.Errorf("bgjobs: %w", err)
+	// Rounds alternate the phases, so a slow spell of a shared machine
+	// lands on all of them; the median of each is reported.
+	for range o.Rounds {
+		for i := range phases {
+			d, err := phases[i].run()
+			if err != nil {
+				return fmt.Errorf("%s: %w", phases[i].label, err)
+			}
+			phases[i].took = append(phases[i].took, d)
+		}
 	}
-	rawRate := float64(o.Jobs) / raw.Seconds()
-	e2eRate := float64(o.Jobs) / e2e.Seconds()
-	fmt.Fprintf(out, "%-58s %9.0f jobs/s  (%.2fs)\n", "raw asynq   (enqueue → no-op handler)", rawRate, raw.Seconds())
-	fmt.Fprintf(out, "%-58s %9.0f jobs/s  (%.2fs)\n", "bgjobs      (HTTP spawn → worker → settle → drain/10ms)", e2eRate, e2e.Seconds())
-	fmt.Fprintf(out, "ratio bgjobs/asynq: %.2f (goal ≥ 0.50)\n", e2eRate/rawRate)
+	rate := make([]float64, len(phases))
+	for i, p := range phases {
+		slices.Sort(p.took)
+		med := p.took[len(p.took)/2]
+		rate[i] = float64(o.Jobs) / med.Seconds()
+		fmt.Fprintf(out, "%-58s %9.0f jobs/s  (%.2fs)\n", p.label, rate[i], med.Seconds())
+	}
+	fmt.Fprintf(out, "ratio bgjobs/asynq: %.2f (goal ≥ 0.50)\n", rate[1]/rate[0])
+	// asynq fetches one task per round trip from one loop per server;
+	// bgjobs runs its work slots on several servers to lift that cap. The
+	// same split given to raw asynq shows what is left of the gap.
+	fmt.Fprintf(out, "ratio bgjobs/asynq split like bgjobs: %.2f\n", rate[1]/rate[2])
 	if o.Samples == 0 {
 		return nil
 	}
@@ -124,26 +151,30 @@ func (quietAsynqLogger) Warn(...any)  {}
 func (quietAsynqLogger) Error(...any) {}
 func (quietAsynqLogger) Fatal(...any) {}
 
-// rawAsynq is the baseline: asynq alone, enqueue to a no-op handler.
-func rawAsynq(ctx context.Context, rdb redis.UniversalClient, o Options) (time.Duration, error) {
+// rawAsynq is the baseline: asynq alone, enqueue to a no-op handler, on one
+// server per entry of split with that many workers.
+func rawAsynq(ctx context.Context, rdb redis.UniversalClient, o Options, split []int) (time.Duration, error) {
 	ns := namespace()
 	defer redisns.DropNamespace(context.Background(), rdb, ns)
 	queue := ns + ":raw"
 	var handled atomic.Int64
 	done := make(chan struct{})
-	srv := asynq.NewServerFromRedisClient(rdb, asynq.Config{
-		Concurrency: o.Concurrency, Queues: map[string]int{queue: 1}, TaskCheckInterval: o.Poll,
-		Logger: quietAsynqLogger{}, LogLevel: asynq.ErrorLevel,
-	})
-	if err := srv.Start(asynq.HandlerFunc(func(context.Context, *asynq.Task) error {
+	handler := asynq.HandlerFunc(func(context.Context, *asynq.Task) error {
 		if handled.Add(1) == int64(o.Jobs) {
 			close(done)
 		}
 		return nil
-	})); err != nil {
-		return 0, err
+	})
+	for _, n := range split {
+		srv := asynq.NewServerFromRedisClient(rdb, asynq.Config{
+			Concurrency: n, Queues: map[string]int{queue: 1}, TaskCheckInterval: o.Poll,
+			Logger: quietAsynqLogger{}, LogLevel: asynq.ErrorLevel,
+		})
+		if err := srv.Start(handler); err != nil {
+			return 0, err
+		}
+		defer srv.Shutdown()
 	}
-	defer srv.Shutdown()
 	client := asynq.NewClientFromRedisClient(rdb)
 	defer client.Close()
 
