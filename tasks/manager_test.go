@@ -587,3 +587,55 @@ func TestEventsArePublished(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, int64(3), n, "and kept in the capped stream for reconnecting readers")
 }
+
+// A task asynq shows active with no live worker and no lease (asynq #1144:
+// its recoverer never re-queues it) settles failed once it has run longer
+// than lostActiveAfter; a job a live worker reports stays running.
+func TestReconcileSettlesActiveTaskWithNoWorker(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	queue := b.m.Queue(QueueWork)
+	lost := b.spawn(t, echoSpawn("chat-1", "lost", 0, false))
+	// Move the task to active by hand, without a lease, as if the worker
+	// that fetched it died and its lease entry went missing.
+	rdb := b.env.RDB
+	require.NoError(t, rdb.LRem(ctx, "asynq:{"+queue+"}:pending", 0, lost.ID).Err())
+	require.NoError(t, rdb.LPush(ctx, "asynq:{"+queue+"}:active", lost.ID).Err())
+	require.NoError(t, rdb.HSet(ctx, "asynq:{"+queue+"}:t:"+lost.ID, "state", "active").Err())
+	code, _, _, err := b.m.store.start(ctx, Tag("alpha", "chat-1"), lost.ID, time.Now())
+	require.NoError(t, err)
+	require.EqualValues(t, 1, code)
+
+	working := b.spawn(t, echoSpawn("chat-1", "working", 60_000, false))
+	b.startWorker(t)
+	b.waitStatus(t, working.ID, StatusRunning, 10*time.Second)
+	testenv.Eventually(t, 15*time.Second, "the worker's heartbeat to report the running task", func() bool {
+		live, err := b.m.liveTaskIDs()
+		return err == nil && live[working.ID] && !live[lost.ID]
+	})
+
+	n, err := b.m.Reconcile(ctx)
+	require.NoError(t, err)
+	require.Zero(t, n, "a task active for less than lostActiveAfter may still be recovered by asynq")
+
+	later := time.Now().Add(lostActiveAfter + reconcileGrace)
+	b.now.Store(&later)
+	n, err = b.m.Reconcile(ctx)
+	require.NoError(t, err)
+	require.Equal(t, 1, n)
+	l, err := b.m.Get(ctx, "alpha", lost.ID)
+	require.NoError(t, err)
+	require.Equal(t, StatusFailed, l.Status)
+	require.Contains(t, *l.Error, "no live worker")
+	w, err := b.m.Get(ctx, "alpha", working.ID)
+	require.NoError(t, err)
+	require.Equal(t, StatusRunning, w.Status, "a job a live worker reports is left alone")
+
+	_, err = b.m.Cancel(ctx, "alpha", working.ID)
+	require.NoError(t, err)
+	b.waitStatus(t, working.ID, StatusCancelled, 10*time.Second)
+	ns, err := b.m.Drain(ctx, "alpha", "chat-1", "")
+	require.NoError(t, err)
+	require.Len(t, ns, 2)
+}
