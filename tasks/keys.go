@@ -28,6 +28,7 @@ import (
 //	<ns>:{<agent>/<session>}:inflight     string a resume of this session is being delivered (PX)
 //	<ns>:{<agent>/<session>}:sent:<m>     string resume message m was delivered (24 h)
 //	<ns>:jobidx                           hash   job id → tag (lookup by id)
+//	<ns>:jobidx:cursor                    string where the reconciler's HSCAN of jobidx resumes
 //	<ns>:active                           zset   job ids not yet terminal, for the reconciler (score = created_at ms)
 //	<ns>:turnsem                          zset   running turns → lease expiry ms (the global cap)
 //	<ns>:agents                           set    registered agent names
@@ -45,6 +46,7 @@ func (k keys) pending(tag string) string          { return k.session(tag) + ":pe
 func (k keys) sessionJobs(tag string) string      { return k.session(tag) + ":jobs" }
 func (k keys) drainIdem(tag, key string) string   { return k.session(tag) + ":drain:" + digest(key) }
 func (k keys) jobIndex() string                   { return k.ns + ":jobidx" }
+func (k keys) jobIndexCursor() string             { return k.jobIndex() + ":cursor" }
 func (k keys) sessionPrefix(tag string) string    { return k.session(tag) + ":" }
 func (k keys) outbox(tag string) string           { return k.session(tag) + ":outbox" }
 func (k keys) outboxPattern() string              { return k.ns + ":{*}:outbox" }

@@ -639,3 +639,45 @@ func TestReconcileSettlesActiveTaskWithNoWorker(t *testing.T) {
 	require.NoError(t, err)
 	require.Len(t, ns, 2)
 }
+
+// Rows expire after retention; the sweep drops their ids from the job index
+// and the session's and agent's lists, and leaves live rows alone.
+func TestReconcileDropsIndexEntriesOfExpiredRows(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	b.startWorker(t)
+	var read []*Job
+	for i := range 3 {
+		read = append(read, b.spawn(t, echoSpawn("chat-1", fmt.Sprint("read ", i), 0, false)))
+	}
+	for _, j := range read {
+		b.waitStatus(t, j.ID, StatusCompleted, 10*time.Second)
+	}
+	ns, err := b.m.Drain(ctx, "alpha", "chat-1", "")
+	require.NoError(t, err)
+	require.Len(t, ns, 3)
+	unread := b.spawn(t, echoSpawn("chat-1", "unread", 0, false))
+	b.waitStatus(t, unread.ID, StatusCompleted, 10*time.Second)
+
+	// Two notified rows reach the end of their retention.
+	tag := Tag("alpha", "chat-1")
+	for _, j := range read[:2] {
+		require.NoError(t, b.env.RDB.Del(ctx, b.m.k.job(tag, j.ID)).Err())
+	}
+	_, err = b.m.Reconcile(ctx)
+	require.NoError(t, err)
+
+	idx, err := b.env.RDB.HKeys(ctx, b.m.k.jobIndex()).Result()
+	require.NoError(t, err)
+	require.ElementsMatch(t, []string{read[2].ID, unread.ID}, idx)
+	for _, key := range []string{b.m.k.sessionJobs(tag), b.m.k.agentJobs("alpha")} {
+		ids, err := b.env.RDB.ZRange(ctx, key, 0, -1).Result()
+		require.NoError(t, err)
+		require.ElementsMatch(t, []string{read[2].ID, unread.ID}, ids, key)
+	}
+	ns, err = b.m.Drain(ctx, "alpha", "chat-1", "")
+	require.NoError(t, err)
+	require.Len(t, ns, 1, "the unread result is still there")
+	require.Equal(t, unread.ID, ns[0].JobID)
+}

@@ -71,10 +71,14 @@ func (r *Reconciler) Stop() {
 }
 
 // Reconcile runs one sweep and returns how many jobs it settled. It also
-// moves on any outbox a crash left behind.
+// moves on any outbox a crash left behind and drops index entries of rows
+// that expired.
 func (m *Manager) Reconcile(ctx context.Context) (int, error) {
 	if err := m.PumpAll(ctx); err != nil {
 		m.log.Warn("outbox sweep", slog.Any("err", err))
+	}
+	if _, err := m.sweepIndex(ctx, indexSweepBatches); err != nil && ctx.Err() == nil {
+		m.log.Warn("index sweep", slog.Any("err", err))
 	}
 	cutoff := m.now().Add(-reconcileGrace).UnixMilli()
 	ids, err := m.rdb.ZRangeByScore(ctx, m.k.active(), &redis.ZRangeBy{Min: "-inf", Max: strconv.FormatInt(cutoff, 10)}).Result()
@@ -147,4 +151,72 @@ func (m *Manager) liveTaskIDs() (map[string]bool, error) {
 		}
 	}
 	return live, nil
+}
+
+// A row expires (retention after it was notified) on its own, but its id
+// stays in the job index and in its session's and agent's job lists, which
+// would grow without end. Each sweep walks on through the index from where
+// the last one stopped, indexSweepBatches HSCAN pages of indexSweepCount,
+// and drops the entries whose row is gone: a full cycle over a million
+// retained jobs takes a few hours of sweeps, at a few round trips each.
+const (
+	indexSweepBatches = 4
+	indexSweepCount   = 500
+)
+
+// sweepIndex runs up to batches pages of the index walk and returns how
+// many stale entries it dropped.
+func (m *Manager) sweepIndex(ctx context.Context, batches int) (int, error) {
+	cursor, err := m.rdb.Get(ctx, m.k.jobIndexCursor()).Uint64()
+	if err != nil && !errors.Is(err, redis.Nil) {
+		return 0, err
+	}
+	dropped := 0
+	for range batches {
+		kv, next, err := m.rdb.HScan(ctx, m.k.jobIndex(), cursor, "", indexSweepCount).Result()
+		if err != nil {
+			return dropped, err
+		}
+		n, err := m.dropStale(ctx, kv)
+		dropped += n
+		if err != nil {
+			return dropped, err
+		}
+		cursor = next
+		if cursor == 0 {
+			break // a full cycle; the next sweep starts over
+		}
+	}
+	return dropped, m.rdb.Set(ctx, m.k.jobIndexCursor(), cursor, 0).Err()
+}
+
+// dropStale removes the entries among kv (id, tag, id, tag …) whose row no
+// longer exists. A row is written before its index entry and ids are never
+// reused, so a missing row stays missing.
+func (m *Manager) dropStale(ctx context.Context, kv []string) (int, error) {
+	exists := make([]*redis.IntCmd, 0, len(kv)/2)
+	if _, err := m.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for i := 0; i+1 < len(kv); i += 2 {
+			exists = append(exists, p.Exists(ctx, m.k.job(kv[i+1], kv[i])))
+		}
+		return nil
+	}); err != nil {
+		return 0, err
+	}
+	dropped := 0
+	_, err := m.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for i, e := range exists {
+			if e.Err() != nil || e.Val() != 0 {
+				continue
+			}
+			id, tag := kv[2*i], kv[2*i+1]
+			agent, _ := splitTag(tag)
+			p.HDel(ctx, m.k.jobIndex(), id)
+			p.ZRem(ctx, m.k.sessionJobs(tag), id)
+			p.ZRem(ctx, m.k.agentJobs(agent), id)
+			dropped++
+		}
+		return nil
+	})
+	return dropped, err
 }
