@@ -236,9 +236,12 @@ const (
 	// single loop would leave most slots idle while the queue grows.
 	workersPerFetcher = 4
 	maxFetchers       = 12
-	// spareFetcherPoll is the idle poll of every fetch loop but the first:
-	// they exist for throughput, not pickup latency, so an idle process
-	// pays for one fast poller only. A burst wakes them within this.
+	// The first fastFetchers loops poll an idle queue at PollInterval: a
+	// job spawned into it waits about PollInterval/(2 × fastFetchers) to be
+	// picked up. The spares exist for throughput, not pickup latency, and
+	// poll at spareFetcherPoll, so an idle process pays for a few fast
+	// pollers only; a burst wakes them within that.
+	fastFetchers     = 3
 	spareFetcherPoll = 100 * time.Millisecond
 )
 
@@ -294,11 +297,11 @@ func (m *Manager) NewWorker() *Worker {
 	// An asynq server fetches one task per round trip from a single loop,
 	// which caps a busy server below what its workers could run. Work
 	// concurrency is split over several servers, each with its own fetch
-	// loop; the first polls an idle queue at PollInterval, the spares
+	// loop; the first few poll an idle queue at PollInterval, the spares
 	// slowly.
 	for i, n := range FetchSplit(m.cfg.WorkConcurrency) {
 		work := base
-		if i > 0 {
+		if i >= fastFetchers {
 			work.TaskCheckInterval = max(m.cfg.PollInterval, spareFetcherPoll)
 		}
 		work.Concurrency = n
