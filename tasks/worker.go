@@ -236,13 +236,15 @@ const (
 	// single loop would leave most slots idle while the queue grows.
 	workersPerFetcher = 4
 	maxFetchers       = 12
-	// The first fastFetchers loops poll an idle queue at PollInterval: a
-	// job spawned into it waits about PollInterval/(2 × fastFetchers) to be
-	// picked up. The spares exist for throughput, not pickup latency, and
-	// poll at spareFetcherPoll, so an idle process pays for a few fast
-	// pollers only; a burst wakes them within that.
-	fastFetchers     = 3
-	spareFetcherPoll = 100 * time.Millisecond
+	// The first loops, one per slotsPerFastFetcher slots and at most
+	// maxFastFetchers, poll an idle queue at PollInterval: a job spawned
+	// into it waits about PollInterval/(2 × fast loops) to be picked up.
+	// The spares exist for throughput, not pickup latency, and poll at
+	// spareFetcherPoll, so an idle process pays for a few fast pollers
+	// only; a burst wakes the spares within that.
+	slotsPerFastFetcher = 16
+	maxFastFetchers     = 3
+	spareFetcherPoll    = 100 * time.Millisecond
 )
 
 // FetchSplit is how a process splits its work concurrency over fetch loops
@@ -299,9 +301,10 @@ func (m *Manager) NewWorker() *Worker {
 	// concurrency is split over several servers, each with its own fetch
 	// loop; the first few poll an idle queue at PollInterval, the spares
 	// slowly.
+	fast := min(maxFastFetchers, max(1, m.cfg.WorkConcurrency/slotsPerFastFetcher))
 	for i, n := range FetchSplit(m.cfg.WorkConcurrency) {
 		work := base
-		if i >= fastFetchers {
+		if i >= fast {
 			work.TaskCheckInterval = max(m.cfg.PollInterval, spareFetcherPoll)
 		}
 		work.Concurrency = n
