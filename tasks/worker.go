@@ -242,9 +242,10 @@ const (
 	// The spares exist for throughput, not pickup latency, and poll at
 	// spareFetcherPoll, so an idle process pays for a few fast pollers
 	// only; a burst wakes the spares within that.
-	slotsPerFastFetcher = 16
-	maxFastFetchers     = 3
-	spareFetcherPoll    = 100 * time.Millisecond
+	slotsPerFastFetcher  = 16
+	maxFastFetchers      = 3
+	spareFetcherPoll     = 100 * time.Millisecond
+	spareForwardInterval = 10 * time.Second
 )
 
 // FetchSplit is how a process splits its work concurrency over fetch loops
@@ -306,6 +307,9 @@ func (m *Manager) NewWorker() *Worker {
 		work := base
 		if i >= fast {
 			work.TaskCheckInterval = max(m.cfg.PollInterval, spareFetcherPoll)
+			// Moving due retries into the queue is the fast loops' job
+			// already; a spare checks seldom, as a backstop.
+			work.DelayedTaskCheckInterval = spareForwardInterval
 		}
 		work.Concurrency = n
 		work.Queues = map[string]int{m.Queue(QueueWork): 1}
