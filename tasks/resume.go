@@ -190,7 +190,7 @@ func (m *Manager) follow(ctx context.Context, tag, entry string, at int64) error
 			taskID, msgID = fmt.Sprintf("%s:r%d", taskID, g), fmt.Sprintf("%s-r%d", msgID, g)
 		}
 		if m.cfg.ResumeCoalesce > 0 && j.BatchID == nil {
-			send, err := m.stormGate(ctx, tag, j.ID)
+			send, err := m.stormGate(ctx, tag, j)
 			if err != nil || !send {
 				return err // merged into the window's nudge
 			}
@@ -289,18 +289,27 @@ func (m *Manager) foldMeta(ctx context.Context, tag, trigger string) (ResumeMeta
 	return meta, nil
 }
 
-// mayResume reports whether a session may be woken at all: never a
-// background worker's own context, never with auto-resume off globally or
-// for the agent, never for an agent bgjobs cannot reach.
-func (m *Manager) mayResume(ctx context.Context, agent, session string) bool {
+// resumeAgent returns the agent to wake when a session may be woken at all,
+// or nil: never a background worker's own context, never with auto-resume
+// off globally or for the agent, never for an agent bgjobs cannot reach.
+// Settles ask it to decide whether to record a resume; deliveries ask it
+// again, since the agent's configuration may have changed in between.
+func (m *Manager) resumeAgent(ctx context.Context, agent, session string) (*Agent, error) {
 	if m.cfg.NoAutoResume || strings.HasPrefix(session, "background:") {
-		return false
+		return nil, nil
 	}
 	a, err := m.agents.get(ctx, agent)
-	if err != nil || a == nil {
-		return false
+	if err != nil || a == nil || !a.resumes() {
+		return nil, err
 	}
-	return a.resumes()
+	return a, nil
+}
+
+// mayResume is resumeAgent as a yes or no; an unreadable configuration is
+// a no.
+func (m *Manager) mayResume(ctx context.Context, agent, session string) bool {
+	a, _ := m.resumeAgent(ctx, agent, session)
+	return a != nil
 }
 
 // resumes reports whether the agent's configuration asks for resumes.
@@ -342,11 +351,11 @@ func (m *Manager) ProcessResume(ctx context.Context, t *asynq.Task) error {
 	if err := json.Unmarshal(t.Payload(), &p); err != nil {
 		return fmt.Errorf("%w: resume payload: %v", asynq.SkipRetry, err)
 	}
-	a, err := m.agents.get(ctx, p.Agent)
+	a, err := m.resumeAgent(ctx, p.Agent, p.Session)
 	if err != nil {
 		return err
 	}
-	if a == nil || !a.resumes() || m.cfg.NoAutoResume {
+	if a == nil {
 		metrics.Resumes.WithLabelValues("dropped").Inc()
 		return nil
 	}

@@ -411,3 +411,45 @@ func TestResumeStormGuard(t *testing.T) {
 		})
 	}
 }
+
+// An outbox entry pumped twice (a settle's own pump racing a sweep) gets the
+// storm guard's first answer again: the leading job is not merged as well,
+// and a merged job is not merged twice.
+func TestStormGateAnswersARepeatTheSame(t *testing.T) {
+	t.Parallel()
+	rr := &recordingResumer{}
+	b := setup(t, withResumer(rr), func(c *bgjobs.Config, _ *Deps) { c.ResumeCoalesce = 300 * time.Millisecond })
+	b.registerAgent(t, nil)
+	ctx := context.Background()
+	tag := Tag("alpha", "chat-rep")
+	var entries []string
+	for _, text := range []string{"lead", "merged"} {
+		j := b.spawn(t, echoSpawn("chat-rep", text, 0, false))
+		r := text
+		ok, es, err := b.m.store.settle(ctx, tag, j.ID, Outcome{Status: StatusCompleted, Result: &r}, time.Now(), true)
+		require.NoError(t, err)
+		require.True(t, ok)
+		entries = append(entries, es...)
+	}
+	require.Len(t, entries, 2)
+	b.startWorker(t)
+	for range 2 {
+		for _, e := range entries {
+			require.NoError(t, b.m.follow(ctx, tag, e, time.Now().UnixMilli()))
+		}
+	}
+	testenv.Eventually(t, 10*time.Second, "the leading and the merged nudge", func() bool { return len(rr.all()) == 2 })
+	time.Sleep(700 * time.Millisecond) // a second window's flush, were anything queued again
+	got := rr.all()
+	require.Len(t, got, 2)
+	listed := map[string]int{}
+	for _, r := range got {
+		for _, id := range r.Meta.Jobs {
+			listed[id]++
+		}
+	}
+	require.Len(t, listed, 2)
+	for id, n := range listed {
+		require.Equal(t, 1, n, "job %s listed once", id)
+	}
+}

@@ -401,27 +401,37 @@ return 0
 // stormCmd is the resume storm guard's gate for a singleton resume: the
 // first of a session goes at once and opens a window; those that follow
 // within it wait in the session's storm queue for one merged nudge at the
-// window's end.
+// window's end. The decision is kept in the job's row, so an outbox entry
+// pumped twice (a settle's own pump racing a sweep) gets the same answer and
+// a job is never both sent alone and merged, nor merged twice.
 //
 // KEYS[1] -> session storm window (string: the window's end, ms; the key
 //
 //	outlives it by a minute, to clean itself up)
 //
 // KEYS[2] -> session storm queue zset (job id → ms)
+// KEYS[3] -> job hash (field storm = "<generation>:now" | "<generation>:merged")
 // ARGV[1] -> job id
 // ARGV[2] -> now (ms)
 // ARGV[3] -> window (ms)
+// ARGV[4] -> the job's generation (a retried job's new outcome decides anew)
 //
-// Returns 1 to send now (the window is opened), or the window's remaining
-// ms (≥ 0) when the job was queued behind it — negated, as -1 - remaining.
+// Returns 1 to send now (the window is opened, or this job was already let
+// through), or the window's remaining ms (≥ 0) when the job was queued
+// behind it, now or before — negated, as -1 - remaining.
 var stormCmd = redis.NewScript(`
 local till = tonumber(redis.call('GET', KEYS[1]) or '0')
 local now = tonumber(ARGV[2])
+local prev = redis.call('HGET', KEYS[3], 'storm')
+if prev == ARGV[4] .. ':now' then return 1 end
+if prev == ARGV[4] .. ':merged' then return -1 - math.max(0, till - now) end
 if till > now then
   redis.call('ZADD', KEYS[2], ARGV[2], ARGV[1])
+  redis.call('HSET', KEYS[3], 'storm', ARGV[4] .. ':merged')
   return -1 - (till - now)
 end
 redis.call('SET', KEYS[1], now + tonumber(ARGV[3]), 'PX', tonumber(ARGV[3]) + 60000)
+redis.call('HSET', KEYS[3], 'storm', ARGV[4] .. ':now')
 return 1
 `)
 

@@ -23,10 +23,10 @@ type stormTimers struct {
 
 // stormGate reports whether a singleton resume goes now; if not, the job
 // waits in the session's storm queue and a flush is scheduled.
-func (m *Manager) stormGate(ctx context.Context, tag, id string) (bool, error) {
+func (m *Manager) stormGate(ctx context.Context, tag string, j *Job) (bool, error) {
 	window := m.cfg.ResumeCoalesce
-	n, err := stormCmd.Run(ctx, m.rdb, []string{m.k.stormWindow(tag), m.k.stormQueue(tag)},
-		id, m.now().UnixMilli(), window.Milliseconds()).Int64()
+	n, err := stormCmd.Run(ctx, m.rdb, []string{m.k.stormWindow(tag), m.k.stormQueue(tag), m.k.job(tag, j.ID)},
+		j.ID, m.now().UnixMilli(), window.Milliseconds(), j.Generation).Int64()
 	if err != nil {
 		return false, err
 	}
