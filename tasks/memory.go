@@ -95,6 +95,13 @@ func (m *Manager) needsIndex(j *Job) bool {
 		utf8.RuneCountInString(*j.Result) > m.cfg.SummaryChars
 }
 
+// awaitingIndex reports whether the drain holds j back for now: its
+// report is to be searchable first, an indexer runs, and the grace has not
+// run out.
+func (m *Manager) awaitingIndex(ctx context.Context, j *Job) bool {
+	return m.needsIndex(j) && !j.ReportIndexed && m.now().Sub(*j.CompletedAt) < indexGrace && m.indexerAlive(ctx)
+}
+
 // indexerAlive reports whether some process is indexing reports, cached for
 // a second: without one, nothing waits for an index that is not running.
 func (m *Manager) indexerAlive(ctx context.Context) bool {

@@ -179,7 +179,7 @@ func (m *Manager) follow(ctx context.Context, tag, entry string, at int64) error
 				return nil // the caller took it and died before tidying up
 			}
 		}
-		if m.needsIndex(j) && !j.ReportIndexed && m.indexerAlive(ctx) && m.now().Sub(*j.CompletedAt) < indexGrace {
+		if m.awaitingIndex(ctx, j) {
 			return errAwaitingIndex // the drain would hold it back: nudge once it is there
 		}
 		meta := ResumeMeta{Trigger: j.ID, Jobs: []string{j.ID}, BatchID: j.BatchID}
@@ -200,6 +200,20 @@ func (m *Manager) follow(ctx context.Context, tag, entry string, at int64) error
 		b, err := m.loadBatch(ctx, tag, ref)
 		if err != nil || b == nil {
 			return err
+		}
+		if m.indexerAlive(ctx) {
+			// Like a single job's nudge, the join waits until the drain
+			// would hand over every member: a long report is held back
+			// until it is searchable.
+			members, err := m.store.lookupMany(ctx, b.Jobs)
+			if err != nil {
+				return err
+			}
+			for _, j := range members {
+				if j != nil && m.awaitingIndex(ctx, j) {
+					return errAwaitingIndex
+				}
+			}
 		}
 		metrics.BatchJoins.WithLabelValues(strconv.FormatBool(b.Partial)).Inc()
 		m.publish(Event{Type: EventBatchJoined, BatchID: b.ID, Agent: agent, OriginSession: session,

@@ -3,6 +3,7 @@ package tasks
 import (
 	"context"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -11,6 +12,7 @@ import (
 
 	"github.com/bgjobs/bgjobs"
 	"github.com/bgjobs/bgjobs/internal/testenv"
+	"github.com/bgjobs/bgjobs/search"
 )
 
 // sentResume is one resume a recordingResumer delivered.
@@ -452,4 +454,57 @@ func TestStormGateAnswersARepeatTheSame(t *testing.T) {
 	for id, n := range listed {
 		require.Equal(t, 1, n, "job %s listed once", id)
 	}
+}
+
+// longTurns answers every turn with a report too long to hand over whole.
+type longTurns struct{}
+
+func (longTurns) RunTurn(_ context.Context, t Turn) (string, error) {
+	return strings.Repeat("finding "+t.JobID+" ", 600), nil
+}
+
+// A batch of turns with long reports joins once every report is searchable
+// (an indexer runs): the nudge never comes before the drain would hand over
+// every member.
+func TestBatchJoinWaitsForLongReportsToBeIndexed(t *testing.T) {
+	t.Parallel()
+	rr := &recordingResumer{}
+	b := setup(t, withResumer(rr), func(_ *bgjobs.Config, d *Deps) { d.Turns = longTurns{} })
+	b.registerAgent(t, nil)
+	ctx := context.Background()
+	require.NoError(t, b.env.RDB.Set(ctx, b.m.k.indexerAlive(), "1", time.Minute).Err())
+	specs := []SpawnRequest{
+		{Kind: KindTurn, Description: "one", Prompt: "look into one"},
+		{Kind: KindTurn, Description: "two", Prompt: "look into two"},
+	}
+	res, err := b.m.SpawnBatch(ctx, "alpha", "chat-bi", specs)
+	require.NoError(t, err)
+	require.Len(t, res.Jobs, 2)
+	b.startWorker(t)
+	for _, j := range res.Jobs {
+		b.waitStatus(t, j.ID, StatusCompleted, 10*time.Second)
+	}
+	testenv.Eventually(t, 5*time.Second, "the batch to join", func() bool {
+		bt, err := b.m.GetBatch(ctx, "alpha", res.BatchID)
+		return err == nil && bt.Joined
+	})
+	time.Sleep(300 * time.Millisecond)
+	require.Empty(t, rr.all(), "no nudge while the reports are not searchable")
+	ns, err := b.m.Drain(ctx, "alpha", "chat-bi", "")
+	require.NoError(t, err)
+	require.Empty(t, ns, "the drain holds them back too")
+
+	// The indexer catches up with the first report: still waiting on the second.
+	doc := func(j BatchMember) search.Doc {
+		return search.Doc{SourceType: search.SourceReport, JobID: j.ID, Agent: "alpha", Session: "chat-bi"}
+	}
+	b.m.MarkIndexed(ctx, []search.Doc{doc(res.Jobs[0])})
+	time.Sleep(300 * time.Millisecond)
+	require.Empty(t, rr.all())
+	b.m.MarkIndexed(ctx, []search.Doc{doc(res.Jobs[1])})
+	testenv.Eventually(t, 5*time.Second, "the join nudge", func() bool { return len(rr.all()) == 1 })
+	require.Equal(t, "resume-"+res.BatchID, rr.all()[0].MessageID)
+	ns, err = b.m.Drain(ctx, "alpha", "chat-bi", "")
+	require.NoError(t, err)
+	require.Len(t, ns, 2, "the drain after the nudge hands over every member")
 }
