@@ -66,9 +66,7 @@ func (a *autoPipe) do(ctx context.Context, queue func(ctx context.Context, p red
 func (a *autoPipe) script(ctx context.Context, s *redis.Script, keys []string, args ...any) *redis.Cmd {
 	var cmd *redis.Cmd
 	if err := a.do(ctx, func(ctx context.Context, p redis.Pipeliner) { cmd = s.EvalSha(ctx, p, keys, args...) }); err != nil {
-		c := redis.NewCmd(ctx)
-		c.SetErr(err)
-		return c
+		return errCmd(ctx, err)
 	}
 	if err := cmd.Err(); err != nil && strings.HasPrefix(err.Error(), "NOSCRIPT") {
 		return s.Run(ctx, a.rdb, keys, args...)
@@ -140,7 +138,8 @@ func withLead(ctx context.Context, l *lead) context.Context {
 // trip each; only the fetch, which one loop repeats back to back, goes
 // straight out. A script call whose context carries a lead (a spawn's new
 // row) goes out right after the lead's commands: the row and its task cost
-// one round trip, and the row is written before the task can be fetched.
+// one round trip, and the row is written before the task can be fetched (a
+// pipeline to one node runs in order).
 // Every other command goes straight to the embedded client.
 type pipedScripts struct {
 	redis.UniversalClient
@@ -155,6 +154,17 @@ func (c pipedScripts) EvalSha(ctx context.Context, sha1 string, keys []string, a
 	if l == nil && isFetch(keys) {
 		return c.UniversalClient.EvalSha(ctx, sha1, keys, args...)
 	}
+	if _, cluster := c.UniversalClient.(*redis.ClusterClient); cluster && l != nil {
+		// A cluster pipeline goes out per node, in no set order: the lead
+		// must land first, so it takes its own round trip.
+		if err := c.ap.do(ctx, func(ctx context.Context, p redis.Pipeliner) { l.cmds = l.queue(ctx, p) }); err != nil {
+			return errCmd(ctx, err)
+		}
+		if err := l.err(); err != nil {
+			return errCmd(ctx, err)
+		}
+		return c.UniversalClient.EvalSha(ctx, sha1, keys, args...)
+	}
 	var piped *redis.Cmd
 	if err := c.ap.do(ctx, func(ctx context.Context, p redis.Pipeliner) {
 		if l != nil {
@@ -162,11 +172,15 @@ func (c pipedScripts) EvalSha(ctx context.Context, sha1 string, keys []string, a
 		}
 		piped = p.EvalSha(ctx, sha1, keys, args...)
 	}); err != nil {
-		cmd := redis.NewCmd(ctx)
-		cmd.SetErr(err)
-		return cmd
+		return errCmd(ctx, err)
 	}
 	return piped
+}
+
+func errCmd(ctx context.Context, err error) *redis.Cmd {
+	cmd := redis.NewCmd(ctx)
+	cmd.SetErr(err)
+	return cmd
 }
 
 // isFetch tells asynq's dequeue script by its keys (pending, paused,

@@ -194,7 +194,7 @@ func (m *Manager) Spawn(ctx context.Context, req SpawnRequest) (job *Job, existe
 	rowErr := row.err()
 	switch {
 	case enqErr != nil:
-		if rowErr == nil {
+		if !errors.Is(rowErr, errNotSent) {
 			m.store.forget(context.WithoutCancel(ctx), j)
 		}
 		return nil, false, enqErr

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/hibiken/asynq"
+	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
 	"github.com/bgjobs/bgjobs"
@@ -680,4 +681,25 @@ func TestReconcileDropsIndexEntriesOfExpiredRows(t *testing.T) {
 	require.NoError(t, err)
 	require.Len(t, ns, 1, "the unread result is still there")
 	require.Equal(t, unread.ID, ns[0].JobID)
+}
+
+// A Manager on a cluster client (an embedder's choice) spawns through the
+// path that sends the row in its own round trip before the task (a cluster
+// pipeline goes out per node in no set order); the job runs and drains.
+func TestSpawnOnAClusterClient(t *testing.T) {
+	t.Parallel()
+	// miniredis answers the cluster commands as a single node, so this runs
+	// on its own miniredis, in CI too.
+	env := testenv.NewMini(t)
+	env.RDB = redis.NewClusterClient(&redis.ClusterOptions{Addrs: []string{env.Mini.Addr()}})
+	t.Cleanup(func() { _ = env.RDB.Close() })
+	b := setupOn(t, env)
+	b.startWorker(t)
+	ctx := context.Background()
+	j := b.spawn(t, echoSpawn("chat-1", "over a cluster", 0, false))
+	b.waitStatus(t, j.ID, StatusCompleted, 10*time.Second)
+	ns, err := b.m.Drain(ctx, "alpha", "chat-1", "")
+	require.NoError(t, err)
+	require.Len(t, ns, 1)
+	require.Contains(t, ns[0].Text, "<result>over a cluster</result>")
 }
