@@ -462,7 +462,7 @@ func (m *Manager) Drain(ctx context.Context, agent, session, idemKey string) ([]
 		return nil, err
 	}
 	now := m.now()
-	hold := drainHold{on: m.indexerAlive(ctx), capBytes: m.cfg.SummaryChars, since: now.Add(-indexGrace)}
+	hold := drainHold{on: m.indexerAlive(ctx), capChars: m.cfg.SummaryChars, since: now.Add(-indexGrace)}
 	rows, err := m.store.drain(ctx, Tag(agent, session), idemKey, now, hold)
 	if err != nil {
 		return nil, err

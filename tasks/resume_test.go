@@ -508,3 +508,41 @@ func TestBatchJoinWaitsForLongReportsToBeIndexed(t *testing.T) {
 	require.NoError(t, err)
 	require.Len(t, ns, 2, "the drain after the nudge hands over every member")
 }
+
+// fixedTurns answers every turn with the same report.
+type fixedTurns string
+
+func (f fixedTurns) RunTurn(context.Context, Turn) (string, error) { return string(f), nil }
+
+// The drain holds back a report only when it will be cut (more characters
+// than the cap, not more bytes): 1,500 two-byte characters under a cap of
+// 2,000 drain whole at once, with an index running that has not seen them;
+// 2,500 wait for it.
+func TestDrainHoldsOnlyReportsThatWillBeCut(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		chars int
+		held  bool
+	}{{1500, false}, {2500, true}} {
+		t.Run(fmt.Sprint(tc.chars), func(t *testing.T) {
+			t.Parallel()
+			report := strings.Repeat("ж", tc.chars)
+			b := setup(t, func(c *bgjobs.Config, d *Deps) { c.SummaryChars = 2000; d.Turns = fixedTurns(report) })
+			b.registerAgent(t, nil)
+			ctx := context.Background()
+			require.NoError(t, b.env.RDB.Set(ctx, b.m.k.indexerAlive(), "1", time.Minute).Err())
+			b.startWorker(t)
+			j := b.spawn(t, SpawnRequest{Agent: "alpha", OriginSession: "chat-u", Kind: KindTurn, Description: "cyrillic", Prompt: "go"})
+			b.waitStatus(t, j.ID, StatusCompleted, 10*time.Second)
+			ns, err := b.m.Drain(ctx, "alpha", "chat-u", "")
+			require.NoError(t, err)
+			if tc.held {
+				require.Empty(t, ns, "held until searchable")
+				return
+			}
+			require.Len(t, ns, 1)
+			require.False(t, ns[0].Truncated)
+			require.Contains(t, ns[0].Text, "<result>"+report+"</result>")
+		})
+	}
+}

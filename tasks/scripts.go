@@ -224,12 +224,17 @@ var drainFields = []string{fID, fStatus, fDescription, fKind, fHasResult, fResul
 // ARGV[4] -> retention (s) of a notified row
 // ARGV[5] -> now (ms)
 // ARGV[6] -> "1" to hold long turn reports until they are indexed
-// ARGV[7] -> the length (bytes) past which a turn report is cut
+// ARGV[7] -> the length (characters) past which a turn report is cut
 // ARGV[8] -> grace cutoff (ms): reports completed before it are not held
 // ARGV[9..] -> row fields to return (drainFields)
 //
 // Returns one array per job: the requested fields, in order.
 var drainCmd = redis.NewScript(luaTerminal + `
+-- characters of UTF-8 text: every byte that does not continue a sequence
+local function chars(s)
+  local _, n = string.gsub(s, '[^\128-\191]', '')
+  return n
+end
 local ids
 local repeated = false
 if ARGV[2] == '1' then
@@ -248,6 +253,7 @@ if not repeated then
       local f = redis.call('HMGET', k, 'kind', 'has_result', 'report_indexed', 'incognito', 'completed_at', 'status')
       held = f[1] == 'turn' and f[2] == '1' and f[3] ~= '1' and f[4] ~= '1' and f[6] == 'completed'
         and tonumber(f[5] or '0') > tonumber(ARGV[8]) and redis.call('HSTRLEN', k, 'result') > tonumber(ARGV[7])
+        and chars(redis.call('HGET', k, 'result')) > tonumber(ARGV[7])
     end
     local wait = redis.call('HGET', k, 'wait_until')
     if wait and tonumber(wait) > tonumber(ARGV[5]) then held = true end

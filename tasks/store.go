@@ -245,7 +245,7 @@ type drainRow struct {
 // until they are searchable.
 type drainHold struct {
 	on       bool
-	capBytes int
+	capChars int
 	since    time.Time
 }
 
@@ -255,7 +255,7 @@ func (s *Store) drain(ctx context.Context, tag, idemKey string, now time.Time, h
 		useIdem, idem = "1", s.k.drainIdem(tag, idemKey)
 	}
 	args := []any{s.k.jobPrefix(tag), useIdem, int64(drainIdemTTL.Seconds()), int64(s.retention.Seconds()), ms(now),
-		boolStr(hold.on), hold.capBytes, ms(hold.since)}
+		boolStr(hold.on), hold.capChars, ms(hold.since)}
 	for _, f := range drainFields {
 		args = append(args, f)
 	}
