@@ -224,12 +224,20 @@ func retryDelay(n int, _ error, _ *asynq.Task) time.Duration {
 }
 
 const (
-	// followConcurrency is how many resumes and timers one process
-	// delivers at once.
+	// followConcurrency is how many resumes one process delivers at once.
 	followConcurrency = 10
 	// followPollInterval bounds how long an idle process takes to pick up
-	// a resume: a nudge is worth its ~200 cheap polls a second.
+	// a resume: a nudge is worth its ~100 cheap polls a second.
 	followPollInterval = 10 * time.Millisecond
+	// Control tasks are timers (straggler joins, busy-lease lapses): each
+	// is scheduled, and asynq moves due ones into the queue once a second,
+	// so polling their queue faster than this would buy nothing.
+	controlConcurrency  = 4
+	controlPollInterval = 100 * time.Millisecond
+	// turnPollInterval is the slowest an idle process looks for turns: a
+	// turn runs for seconds, and a few tens of milliseconds to start one
+	// are not worth a hundred polls a second.
+	turnPollInterval = 50 * time.Millisecond
 	// Fetch loops for work, per process: one per workersPerFetcher slots,
 	// at most maxFetchers. Under load a fetch is one Redis round trip,
 	// and a round trip on a busy machine takes a millisecond or two, so a
@@ -290,13 +298,18 @@ func (m *Manager) NewWorker() *Worker {
 	}
 	turns := base
 	turns.Concurrency = m.cfg.TurnConcurrency
+	turns.TaskCheckInterval = max(m.cfg.PollInterval, turnPollInterval)
 	turns.Queues = map[string]int{m.Queue(QueueTurns): 1}
 	follow := base
 	follow.Concurrency = followConcurrency
 	follow.TaskCheckInterval = followPollInterval
 	follow.IsFailure = func(err error) bool { return !errors.Is(err, errNudgeInFlight) }
-	follow.Queues = map[string]int{m.Queue(QueueResume): 2, m.Queue(QueueControl): 1}
-	configs := []asynq.Config{turns, follow}
+	follow.Queues = map[string]int{m.Queue(QueueResume): 1}
+	control := base
+	control.Concurrency = controlConcurrency
+	control.TaskCheckInterval = max(m.cfg.PollInterval, controlPollInterval)
+	control.Queues = map[string]int{m.Queue(QueueControl): 1}
+	configs := []asynq.Config{turns, follow, control}
 	// An asynq server fetches one task per round trip from a single loop,
 	// which caps a busy server below what its workers could run. Work
 	// concurrency is split over several servers, each with its own fetch
