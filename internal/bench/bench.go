@@ -106,7 +106,10 @@ func Run(ctx context.Context, o Options, out io.Writer) error {
 	if o.Samples == 0 {
 		return nil
 	}
-	return Resume(ctx, o, out)
+	if err := Resume(ctx, o, out); err != nil {
+		return err
+	}
+	return Idle(ctx, o, out)
 }
 
 func connect(ctx context.Context, url string) (redis.UniversalClient, string, func(), error) {

@@ -1,0 +1,83 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/bgjobs/bgjobs"
+	"github.com/bgjobs/bgjobs/internal/redisns"
+	"github.com/bgjobs/bgjobs/tasks"
+)
+
+// idleWindow is how long the idle phase watches.
+const idleWindow = 5 * time.Second
+
+// Idle measures what an idle worker process costs, with the shipped
+// defaults (work concurrency 10, poll 10 ms): Redis commands a second (the
+// server's own count, so nothing else may use that Redis meanwhile) and the
+// share of one core this process burns.
+func Idle(ctx context.Context, o Options, out io.Writer) error {
+	rdb, where, closeRedis, err := connect(ctx, o.RedisURL)
+	if err != nil {
+		return err
+	}
+	defer closeRedis()
+	fmt.Fprintf(out, "\nidle worker process, shipped defaults, over %s, redis %s\n", idleWindow, where)
+	ns := namespace()
+	defer redisns.DropNamespace(context.Background(), rdb, ns)
+	cfg := bgjobs.Config{Namespace: ns}.WithDefaults()
+	m := tasks.NewManager(rdb, cfg, tasks.Deps{Logger: quiet})
+	defer m.Close()
+	w := m.NewWorker()
+	if err := w.Start(ctx); err != nil {
+		return err
+	}
+	defer w.Shutdown()
+	time.Sleep(time.Second) // past start-up sweeps
+
+	cmds0, err := commandsProcessed(ctx, rdb)
+	if err != nil {
+		fmt.Fprintf(out, "  (this Redis does not report its command count: %v)\n", err)
+		return nil
+	}
+	cpu0 := processCPU()
+	time.Sleep(idleWindow)
+	cmds1, err := commandsProcessed(ctx, rdb)
+	if err != nil {
+		return err
+	}
+	cpu := processCPU() - cpu0
+	fmt.Fprintf(out, "  Redis commands %6.0f /s\n", float64(cmds1-cmds0)/idleWindow.Seconds())
+	fmt.Fprintf(out, "  CPU            %6.1f %% of one core\n", 100*cpu.Seconds()/idleWindow.Seconds())
+	return nil
+}
+
+// commandsProcessed is the server's total_commands_processed.
+func commandsProcessed(ctx context.Context, rdb redis.UniversalClient) (int64, error) {
+	info, err := rdb.Info(ctx, "stats").Result()
+	if err != nil {
+		return 0, err
+	}
+	for line := range strings.SplitSeq(info, "\n") {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(line), "total_commands_processed:"); ok {
+			return strconv.ParseInt(v, 10, 64)
+		}
+	}
+	return 0, fmt.Errorf("no total_commands_processed in INFO stats")
+}
+
+// processCPU is the user and system time this process has used.
+func processCPU() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
