@@ -57,17 +57,3 @@ func handleSpawnBatch(m *tasks.Manager) echo.HandlerFunc {
 		return c.JSON(http.StatusAccepted, res)
 	}
 }
-
-func handleGetBatch(m *tasks.Manager) echo.HandlerFunc {
-	return func(c echo.Context) error {
-		agent, err := agentOf(c)
-		if err != nil {
-			return err
-		}
-		b, err := m.GetBatch(c.Request().Context(), agent, c.Param("id"))
-		if err != nil {
-			return err
-		}
-		return c.JSON(http.StatusOK, b)
-	}
-}

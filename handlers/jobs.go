@@ -1,6 +1,7 @@
 package handlers
 
 import (
+	"context"
 	"encoding/json"
 	"net/http"
 	"strconv"
@@ -83,20 +84,6 @@ func handleSpawn(m *tasks.Manager) echo.HandlerFunc {
 	}
 }
 
-func handleGetJob(m *tasks.Manager) echo.HandlerFunc {
-	return func(c echo.Context) error {
-		agent, err := agentOf(c)
-		if err != nil {
-			return err
-		}
-		j, err := m.Get(c.Request().Context(), agent, c.Param("id"))
-		if err != nil {
-			return err
-		}
-		return c.JSON(http.StatusOK, j)
-	}
-}
-
 type listResponse struct {
 	Jobs       []*tasks.Job `json:"jobs"`
 	NextCursor *string      `json:"next_cursor"`
@@ -133,32 +120,27 @@ func handleListJobs(m *tasks.Manager) echo.HandlerFunc {
 	}
 }
 
-func handleCancel(m *tasks.Manager) echo.HandlerFunc {
+// byID answers 200 with what call returns for the caller's resource named
+// by the path's id.
+func byID[T any](call func(ctx context.Context, agent, id string) (T, error)) echo.HandlerFunc {
 	return func(c echo.Context) error {
 		agent, err := agentOf(c)
 		if err != nil {
 			return err
 		}
-		j, err := m.Cancel(c.Request().Context(), agent, c.Param("id"))
+		v, err := call(c.Request().Context(), agent, c.Param("id"))
 		if err != nil {
 			return err
 		}
-		return c.JSON(http.StatusOK, j)
+		return c.JSON(http.StatusOK, v)
 	}
 }
 
 func handleAck(m *tasks.Manager) echo.HandlerFunc {
-	return func(c echo.Context) error {
-		agent, err := agentOf(c)
-		if err != nil {
-			return err
-		}
-		flipped, err := m.Ack(c.Request().Context(), agent, c.Param("id"))
-		if err != nil {
-			return err
-		}
-		return c.JSON(http.StatusOK, map[string]bool{"acked": flipped})
-	}
+	return byID(func(ctx context.Context, agent, id string) (map[string]bool, error) {
+		flipped, err := m.Ack(ctx, agent, id)
+		return map[string]bool{"acked": flipped}, err
+	})
 }
 
 func handleDeleteJob(m *tasks.Manager) echo.HandlerFunc {

@@ -65,13 +65,13 @@ func addRoutes(e *echo.Echo, d Deps, auth *authenticator) {
 
 	v1.POST("/jobs", handleSpawn(m))
 	v1.GET("/jobs", handleListJobs(m))
-	v1.GET("/jobs/:id", handleGetJob(m))
-	v1.POST("/jobs/:id/cancel", handleCancel(m))
+	v1.GET("/jobs/:id", byID(m.Get))
+	v1.POST("/jobs/:id/cancel", byID(m.Cancel))
 	v1.POST("/jobs/:id/ack", handleAck(m))
 	v1.DELETE("/jobs/:id", handleDeleteJob(m))
 
 	v1.POST("/batches", handleSpawnBatch(m))
-	v1.GET("/batches/:id", handleGetBatch(m))
+	v1.GET("/batches/:id", byID(m.GetBatch))
 
 	v1.GET("/events", handleEvents(m))
 	v1.GET("/recall", handleRecall(mem))

@@ -148,9 +148,6 @@ type pipedScripts struct {
 
 func (c pipedScripts) EvalSha(ctx context.Context, sha1 string, keys []string, args ...any) *redis.Cmd {
 	l, _ := ctx.Value(leadKey{}).(*lead)
-	if l != nil && l.cmds != nil {
-		l = nil // already sent; this is a retry of the same call
-	}
 	if l == nil && isFetch(keys) {
 		return c.UniversalClient.EvalSha(ctx, sha1, keys, args...)
 	}

@@ -74,6 +74,14 @@ func (b *testBundle) spawn(t *testing.T, req SpawnRequest) *Job {
 	return j
 }
 
+// drain drains agent alpha's session.
+func (b *testBundle) drain(t *testing.T, session string) []Notification {
+	t.Helper()
+	ns, err := b.m.Drain(context.Background(), "alpha", session, "")
+	require.NoError(t, err)
+	return ns
+}
+
 func (b *testBundle) waitStatus(t *testing.T, id string, want Status, timeout time.Duration) *Job {
 	t.Helper()
 	var j *Job
@@ -104,19 +112,17 @@ func TestSpawnRunDrain(t *testing.T) {
 	require.Equal(t, "boom", *f.Error)
 	require.Equal(t, 1, f.Attempts, "a failure the kind did not mark retryable is final")
 
-	ns, err := b.m.Drain(ctx, "alpha", "chat-1", "")
-	require.NoError(t, err)
+	ns := b.drain(t, "chat-1")
 	require.Len(t, ns, 2)
 	got := map[string]Notification{ns[0].JobID: ns[0], ns[1].JobID: ns[1]}
 	require.Contains(t, got[ok.ID].Text, "<result>hello</result>")
 	require.Contains(t, got[bad.ID].Text, "<error>boom</error>")
 	require.Contains(t, got[bad.ID].Text, "<status>failed</status>")
 
-	again, err := b.m.Drain(ctx, "alpha", "chat-1", "")
-	require.NoError(t, err)
+	again := b.drain(t, "chat-1")
 	require.Empty(t, again)
 
-	j, err = b.m.Get(ctx, "alpha", ok.ID)
+	j, err := b.m.Get(ctx, "alpha", ok.ID)
 	require.NoError(t, err)
 	require.True(t, j.Notified)
 }
@@ -141,8 +147,7 @@ func TestDrainOldestCompletionFirst(t *testing.T) {
 		_, err = b.m.settle(ctx, j, Outcome{Status: StatusCompleted, Result: &r})
 		require.NoError(t, err)
 	}
-	ns, err := b.m.Drain(ctx, "alpha", "chat-1", "")
-	require.NoError(t, err)
+	ns := b.drain(t, "chat-1")
 	var got []string
 	for _, n := range ns {
 		got = append(got, n.JobID)
@@ -244,8 +249,7 @@ func TestSettleTwiceIsOneOutcome(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, StatusCompleted, got.Status)
 	require.Equal(t, "first", *got.Result)
-	ns, err := b.m.Drain(ctx, "alpha", "chat-1", "")
-	require.NoError(t, err)
+	ns := b.drain(t, "chat-1")
 	require.Len(t, ns, 1)
 }
 
@@ -288,8 +292,7 @@ func TestAckSharesTheDrainFlip(t *testing.T) {
 	flipped, err = b.m.Ack(ctx, "alpha", j.ID)
 	require.NoError(t, err)
 	require.False(t, flipped)
-	ns, err := b.m.Drain(ctx, "alpha", "chat-1", "")
-	require.NoError(t, err)
+	ns := b.drain(t, "chat-1")
 	require.Empty(t, ns, "an acked job is not drained")
 }
 
@@ -307,8 +310,7 @@ func TestUnreadResultNeverExpires(t *testing.T) {
 	require.NoError(t, err)
 
 	b.env.Mini.FastForward(90 * 24 * time.Hour)
-	ns, err := b.m.Drain(ctx, "alpha", "chat-1", "")
-	require.NoError(t, err)
+	ns := b.drain(t, "chat-1")
 	require.Len(t, ns, 1, "still delivered after 90 days unread")
 
 	ttl := b.env.Mini.TTL(b.m.k.job(Tag("alpha", "chat-1"), j.ID))
@@ -338,12 +340,10 @@ func TestCancelQueuedJob(t *testing.T) {
 	require.Equal(t, 0, got.Attempts, "a cancelled queued job never runs")
 	require.Nil(t, got.Result)
 
-	ns, err := b.m.Drain(ctx, "alpha", "chat-1", "")
-	require.NoError(t, err)
+	ns := b.drain(t, "chat-1")
 	require.Len(t, ns, 1)
 	require.Contains(t, ns[0].Text, "<status>cancelled</status>")
-	ns, err = b.m.Drain(ctx, "alpha", "chat-1", "")
-	require.NoError(t, err)
+	ns = b.drain(t, "chat-1")
 	require.Empty(t, ns)
 }
 
@@ -371,11 +371,9 @@ func TestCancelRunningJob(t *testing.T) {
 	require.Equal(t, StatusCancelled, got.Status)
 	require.Equal(t, 1, got.Attempts, "not retried")
 
-	ns, err := b.m.Drain(ctx, "alpha", "chat-1", "")
-	require.NoError(t, err)
+	ns := b.drain(t, "chat-1")
 	require.Len(t, ns, 1)
-	ns, err = b.m.Drain(ctx, "alpha", "chat-1", "")
-	require.NoError(t, err)
+	ns = b.drain(t, "chat-1")
 	require.Empty(t, ns)
 }
 
@@ -414,8 +412,7 @@ func TestReconcileSettlesLostJobs(t *testing.T) {
 	n, err = b.m.Reconcile(ctx)
 	require.NoError(t, err)
 	require.Zero(t, n, "a second sweep changes nothing")
-	ns, err := b.m.Drain(ctx, "alpha", "chat-1", "")
-	require.NoError(t, err)
+	ns := b.drain(t, "chat-1")
 	require.Len(t, ns, 2)
 }
 
@@ -636,8 +633,7 @@ func TestReconcileSettlesActiveTaskWithNoWorker(t *testing.T) {
 	_, err = b.m.Cancel(ctx, "alpha", working.ID)
 	require.NoError(t, err)
 	b.waitStatus(t, working.ID, StatusCancelled, 10*time.Second)
-	ns, err := b.m.Drain(ctx, "alpha", "chat-1", "")
-	require.NoError(t, err)
+	ns := b.drain(t, "chat-1")
 	require.Len(t, ns, 2)
 }
 
@@ -655,8 +651,7 @@ func TestReconcileDropsIndexEntriesOfExpiredRows(t *testing.T) {
 	for _, j := range read {
 		b.waitStatus(t, j.ID, StatusCompleted, 10*time.Second)
 	}
-	ns, err := b.m.Drain(ctx, "alpha", "chat-1", "")
-	require.NoError(t, err)
+	ns := b.drain(t, "chat-1")
 	require.Len(t, ns, 3)
 	unread := b.spawn(t, echoSpawn("chat-1", "unread", 0, false))
 	b.waitStatus(t, unread.ID, StatusCompleted, 10*time.Second)
@@ -666,7 +661,7 @@ func TestReconcileDropsIndexEntriesOfExpiredRows(t *testing.T) {
 	for _, j := range read[:2] {
 		require.NoError(t, b.env.RDB.Del(ctx, b.m.k.job(tag, j.ID)).Err())
 	}
-	_, err = b.m.Reconcile(ctx)
+	_, err := b.m.Reconcile(ctx)
 	require.NoError(t, err)
 
 	idx, err := b.env.RDB.HKeys(ctx, b.m.k.jobIndex()).Result()
@@ -677,8 +672,7 @@ func TestReconcileDropsIndexEntriesOfExpiredRows(t *testing.T) {
 		require.NoError(t, err)
 		require.ElementsMatch(t, []string{read[2].ID, unread.ID}, ids, key)
 	}
-	ns, err = b.m.Drain(ctx, "alpha", "chat-1", "")
-	require.NoError(t, err)
+	ns = b.drain(t, "chat-1")
 	require.Len(t, ns, 1, "the unread result is still there")
 	require.Equal(t, unread.ID, ns[0].JobID)
 }
@@ -695,11 +689,9 @@ func TestSpawnOnAClusterClient(t *testing.T) {
 	t.Cleanup(func() { _ = env.RDB.Close() })
 	b := setupOn(t, env)
 	b.startWorker(t)
-	ctx := context.Background()
 	j := b.spawn(t, echoSpawn("chat-1", "over a cluster", 0, false))
 	b.waitStatus(t, j.ID, StatusCompleted, 10*time.Second)
-	ns, err := b.m.Drain(ctx, "alpha", "chat-1", "")
-	require.NoError(t, err)
+	ns := b.drain(t, "chat-1")
 	require.Len(t, ns, 1)
 	require.Contains(t, ns[0].Text, "<result>over a cluster</result>")
 }

@@ -46,6 +46,27 @@ func withResumer(r Resumer) setupOpt {
 	return func(_ *bgjobs.Config, d *Deps) { d.Resumer = r }
 }
 
+// setupResuming is setup with a recording resumer and agent alpha
+// registered to take resumes.
+func setupResuming(t *testing.T, opts ...setupOpt) (*testBundle, *recordingResumer) {
+	t.Helper()
+	rr := &recordingResumer{}
+	b := setup(t, append([]setupOpt{withResumer(rr)}, opts...)...)
+	b.registerAgent(t, nil)
+	return b, rr
+}
+
+// listed counts, per job, the resumes that named it.
+func (r *recordingResumer) listed() map[string]int {
+	c := map[string]int{}
+	for _, s := range r.all() {
+		for _, id := range s.Meta.Jobs {
+			c[id]++
+		}
+	}
+	return c
+}
+
 func (b *testBundle) registerAgent(t *testing.T, auto *bool) {
 	t.Helper()
 	require.NoError(t, b.m.PutAgent(context.Background(), &Agent{Name: "alpha", A2AURL: "http://127.0.0.1:1/a2a", AutoResume: auto}))
@@ -53,9 +74,7 @@ func (b *testBundle) registerAgent(t *testing.T, auto *bool) {
 
 func TestResumeOnCompletion(t *testing.T) {
 	t.Parallel()
-	rr := &recordingResumer{}
-	b := setup(t, withResumer(rr))
-	b.registerAgent(t, nil)
+	b, rr := setupResuming(t)
 	b.startWorker(t)
 	j := b.spawn(t, echoSpawn("chat-42", "hi", 0, false))
 	testenv.Eventually(t, 10*time.Second, "one resume", func() bool { return len(rr.all()) == 1 })
@@ -114,9 +133,7 @@ func batchSpecs(n int, failAt int, delayMS func(i int) int) []SpawnRequest {
 // counts, no per-member resumes, and the batch shows joined.
 func TestBatchJoinsOnce(t *testing.T) {
 	t.Parallel()
-	rr := &recordingResumer{}
-	b := setup(t, withResumer(rr))
-	b.registerAgent(t, nil)
+	b, rr := setupResuming(t)
 	b.startWorker(t)
 	ctx := context.Background()
 	res, err := b.m.SpawnBatch(ctx, "alpha", "chat-b", batchSpecs(7, 3, func(i int) int { return i * 20 }))
@@ -152,8 +169,7 @@ func TestBatchJoinsOnce(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, 7, bt.Settled)
 
-	ns, err := b.m.Drain(ctx, "alpha", "chat-b", "")
-	require.NoError(t, err)
+	ns := b.drain(t, "chat-b")
 	require.Len(t, ns, 7)
 }
 
@@ -187,9 +203,7 @@ func TestBatchSkipsBadSpecs(t *testing.T) {
 // its own and drains; nothing else fires.
 func TestStragglerForcesPartialJoin(t *testing.T) {
 	t.Parallel()
-	rr := &recordingResumer{}
-	b := setup(t, withResumer(rr), func(c *bgjobs.Config, _ *Deps) { c.BatchJoinTimeout = 2 * time.Second })
-	b.registerAgent(t, nil)
+	b, rr := setupResuming(t, func(c *bgjobs.Config, _ *Deps) { c.BatchJoinTimeout = 2 * time.Second })
 	b.startWorker(t)
 	ctx := context.Background()
 	start := time.Now()
@@ -209,8 +223,7 @@ func TestStragglerForcesPartialJoin(t *testing.T) {
 	require.True(t, partial.Meta.Partial)
 	require.Equal(t, Counts{Completed: 3}, partial.Meta.Counts)
 
-	ns, err := b.m.Drain(ctx, "alpha", "chat-s", "")
-	require.NoError(t, err)
+	ns := b.drain(t, "chat-s")
 	require.Len(t, ns, 3)
 
 	testenv.Eventually(t, 15*time.Second, "the straggler's own resume", func() bool { return len(rr.all()) == 2 })
@@ -218,8 +231,7 @@ func TestStragglerForcesPartialJoin(t *testing.T) {
 	straggler := res.Jobs[3].ID
 	require.Equal(t, "resume-"+straggler, late.MessageID)
 	require.Equal(t, []string{straggler}, late.Meta.Jobs)
-	ns, err = b.m.Drain(ctx, "alpha", "chat-s", "")
-	require.NoError(t, err)
+	ns = b.drain(t, "chat-s")
 	require.Len(t, ns, 1)
 	require.Equal(t, straggler, ns[0].JobID)
 	time.Sleep(1500 * time.Millisecond)
@@ -228,9 +240,7 @@ func TestStragglerForcesPartialJoin(t *testing.T) {
 
 func TestBusySessionFoldsResumes(t *testing.T) {
 	t.Parallel()
-	rr := &recordingResumer{}
-	b := setup(t, withResumer(rr))
-	b.registerAgent(t, nil)
+	b, rr := setupResuming(t)
 	b.startWorker(t)
 	ctx := context.Background()
 
@@ -258,9 +268,7 @@ func TestBusySessionFoldsResumes(t *testing.T) {
 
 func TestBusyLeaseLapseSendsOne(t *testing.T) {
 	t.Parallel()
-	rr := &recordingResumer{}
-	b := setup(t, withResumer(rr))
-	b.registerAgent(t, nil)
+	b, rr := setupResuming(t)
 	b.startWorker(t)
 	ctx := context.Background()
 	require.NoError(t, b.m.Busy(ctx, "alpha", "chat-1", 2*time.Second))
@@ -281,9 +289,7 @@ func TestBusyLeaseLapseSendsOne(t *testing.T) {
 // busy period of hours (an injected clock) is still delivered, once.
 func TestHeldThroughHoursOfBusyIsDeliveredOnce(t *testing.T) {
 	t.Parallel()
-	rr := &recordingResumer{}
-	b := setup(t, withResumer(rr))
-	b.registerAgent(t, nil)
+	b, rr := setupResuming(t)
 	b.startWorker(t)
 	ctx := context.Background()
 	clock := time.Now()
@@ -302,12 +308,10 @@ func TestHeldThroughHoursOfBusyIsDeliveredOnce(t *testing.T) {
 	require.Empty(t, rr.all(), "held, not sent, while busy")
 	require.NoError(t, b.m.Idle(ctx, "alpha", "chat-h"))
 	testenv.Eventually(t, 5*time.Second, "the held resume", func() bool { return len(rr.all()) == 1 })
-	ns, err := b.m.Drain(ctx, "alpha", "chat-h", "")
-	require.NoError(t, err)
+	ns := b.drain(t, "chat-h")
 	require.Len(t, ns, 1)
 	require.Contains(t, ns[0].Text, "<result>unread</result>")
-	ns, err = b.m.Drain(ctx, "alpha", "chat-h", "")
-	require.NoError(t, err)
+	ns = b.drain(t, "chat-h")
 	require.Empty(t, ns)
 	time.Sleep(300 * time.Millisecond)
 	require.Len(t, rr.all(), 1)
@@ -317,9 +321,7 @@ func TestHeldThroughHoursOfBusyIsDeliveredOnce(t *testing.T) {
 // moved on by the sweep: the resume still goes, once.
 func TestOutboxSurvivesACrashAfterSettle(t *testing.T) {
 	t.Parallel()
-	rr := &recordingResumer{}
-	b := setup(t, withResumer(rr))
-	b.registerAgent(t, nil)
+	b, rr := setupResuming(t)
 	ctx := context.Background()
 	j := b.spawn(t, echoSpawn("chat-c", "x", 0, false))
 	r := "done"
@@ -351,25 +353,14 @@ func TestResumeStormGuard(t *testing.T) {
 	} {
 		t.Run(tc.desc, func(t *testing.T) {
 			t.Parallel()
-			rr := &recordingResumer{}
-			b := setup(t, withResumer(rr), func(c *bgjobs.Config, _ *Deps) { c.ResumeCoalesce = tc.window; c.WorkConcurrency = 50 })
-			b.registerAgent(t, nil)
+			b, rr := setupResuming(t, func(c *bgjobs.Config, _ *Deps) { c.ResumeCoalesce = tc.window; c.WorkConcurrency = 50 })
 			ctx := context.Background()
 			var ids []string
 			for i := range 50 {
 				ids = append(ids, b.spawn(t, echoSpawn("chat-storm", fmt.Sprint(i), 0, false)).ID)
 			}
 			b.startWorker(t) // all 50 are queued: they end together
-			seen := func() map[string]int {
-				c := map[string]int{}
-				for _, r := range rr.all() {
-					for _, id := range r.Meta.Jobs {
-						c[id]++
-					}
-				}
-				return c
-			}
-			testenv.Eventually(t, 15*time.Second, "every job announced", func() bool { return len(seen()) == 50 })
+			testenv.Eventually(t, 15*time.Second, "every job announced", func() bool { return len(rr.listed()) == 50 })
 			time.Sleep(700 * time.Millisecond)
 			got := rr.all()
 			require.GreaterOrEqual(t, len(got), tc.minResumes)
@@ -398,7 +389,7 @@ func TestResumeStormGuard(t *testing.T) {
 			} else {
 				require.LessOrEqual(t, len(got), tc.maxResumes)
 			}
-			for id, n := range seen() {
+			for id, n := range rr.listed() {
 				require.Equal(t, 1, n, "job %s listed once", id)
 			}
 			total := 0
@@ -407,8 +398,7 @@ func TestResumeStormGuard(t *testing.T) {
 				total += len(r.Meta.Jobs)
 			}
 			require.Equal(t, 50, total)
-			ns, err := b.m.Drain(ctx, "alpha", "chat-storm", "")
-			require.NoError(t, err)
+			ns := b.drain(t, "chat-storm")
 			require.Len(t, ns, 50)
 		})
 	}
@@ -419,9 +409,7 @@ func TestResumeStormGuard(t *testing.T) {
 // and a merged job is not merged twice.
 func TestStormGateAnswersARepeatTheSame(t *testing.T) {
 	t.Parallel()
-	rr := &recordingResumer{}
-	b := setup(t, withResumer(rr), func(c *bgjobs.Config, _ *Deps) { c.ResumeCoalesce = 300 * time.Millisecond })
-	b.registerAgent(t, nil)
+	b, rr := setupResuming(t, func(c *bgjobs.Config, _ *Deps) { c.ResumeCoalesce = 300 * time.Millisecond })
 	ctx := context.Background()
 	tag := Tag("alpha", "chat-rep")
 	var entries []string
@@ -444,12 +432,7 @@ func TestStormGateAnswersARepeatTheSame(t *testing.T) {
 	time.Sleep(700 * time.Millisecond) // a second window's flush, were anything queued again
 	got := rr.all()
 	require.Len(t, got, 2)
-	listed := map[string]int{}
-	for _, r := range got {
-		for _, id := range r.Meta.Jobs {
-			listed[id]++
-		}
-	}
+	listed := rr.listed()
 	require.Len(t, listed, 2)
 	for id, n := range listed {
 		require.Equal(t, 1, n, "job %s listed once", id)
@@ -468,9 +451,7 @@ func (longTurns) RunTurn(_ context.Context, t Turn) (string, error) {
 // every member.
 func TestBatchJoinWaitsForLongReportsToBeIndexed(t *testing.T) {
 	t.Parallel()
-	rr := &recordingResumer{}
-	b := setup(t, withResumer(rr), func(_ *bgjobs.Config, d *Deps) { d.Turns = longTurns{} })
-	b.registerAgent(t, nil)
+	b, rr := setupResuming(t, func(_ *bgjobs.Config, d *Deps) { d.Turns = longTurns{} })
 	ctx := context.Background()
 	require.NoError(t, b.env.RDB.Set(ctx, b.m.k.indexerAlive(), "1", time.Minute).Err())
 	specs := []SpawnRequest{
@@ -490,8 +471,7 @@ func TestBatchJoinWaitsForLongReportsToBeIndexed(t *testing.T) {
 	})
 	time.Sleep(300 * time.Millisecond)
 	require.Empty(t, rr.all(), "no nudge while the reports are not searchable")
-	ns, err := b.m.Drain(ctx, "alpha", "chat-bi", "")
-	require.NoError(t, err)
+	ns := b.drain(t, "chat-bi")
 	require.Empty(t, ns, "the drain holds them back too")
 
 	// The indexer catches up with the first report: still waiting on the second.
@@ -504,8 +484,7 @@ func TestBatchJoinWaitsForLongReportsToBeIndexed(t *testing.T) {
 	b.m.MarkIndexed(ctx, []search.Doc{doc(res.Jobs[1])})
 	testenv.Eventually(t, 5*time.Second, "the join nudge", func() bool { return len(rr.all()) == 1 })
 	require.Equal(t, "resume-"+res.BatchID, rr.all()[0].MessageID)
-	ns, err = b.m.Drain(ctx, "alpha", "chat-bi", "")
-	require.NoError(t, err)
+	ns = b.drain(t, "chat-bi")
 	require.Len(t, ns, 2, "the drain after the nudge hands over every member")
 }
 
@@ -534,8 +513,7 @@ func TestDrainHoldsOnlyReportsThatWillBeCut(t *testing.T) {
 			b.startWorker(t)
 			j := b.spawn(t, SpawnRequest{Agent: "alpha", OriginSession: "chat-u", Kind: KindTurn, Description: "cyrillic", Prompt: "go"})
 			b.waitStatus(t, j.ID, StatusCompleted, 10*time.Second)
-			ns, err := b.m.Drain(ctx, "alpha", "chat-u", "")
-			require.NoError(t, err)
+			ns := b.drain(t, "chat-u")
 			if tc.held {
 				require.Empty(t, ns, "held until searchable")
 				return

@@ -77,11 +77,7 @@ func TestKillNineWorkerLosesNothing(t *testing.T) {
 	}
 	t.Parallel()
 	srv := testenv.StartRedisServer(t)
-	rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:" + itoa(srv.Port)})
-	t.Cleanup(func() { _ = rdb.Close() })
-	cfg := bgjobs.Config{}.WithDefaults()
-	m := tasks.NewManager(rdb, cfg, tasks.Deps{})
-	t.Cleanup(func() { _ = m.Close() })
+	m := privateManager(t, srv)
 	ctx := context.Background()
 
 	out := &lockedBuffer{}
@@ -152,8 +148,6 @@ func TestKillNineWorkerLosesNothing(t *testing.T) {
 		require.GreaterOrEqual(t, j.Attempts, 2, "it ran again after the crash")
 	}
 }
-
-func itoa(n int) string { return strconv.Itoa(n) }
 
 // privateManager is a Manager on a private redis-server.
 func privateManager(t *testing.T, srv *testenv.RedisServer) *tasks.Manager {

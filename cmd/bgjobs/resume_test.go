@@ -61,6 +61,17 @@ func (w *webhookRecorder) setStatus(s int) {
 	w.mu.Unlock()
 }
 
+// serveWithWebhook starts serve with agent "default" taking resumes at a
+// recording webhook signed with secret.
+func serveWithWebhook(t *testing.T, secret string) (*webhookRecorder, string, client) {
+	t.Helper()
+	hook, url := startWebhook(t, secret)
+	c := client{t: t, base: startServe(t, nil)}
+	code, _ := c.do("PUT", "/v1/agents/default", map[string]any{"resume": "webhook", "webhook_url": url, "webhook_secret": secret})
+	require.Equal(t, http.StatusOK, code)
+	return hook, url, c
+}
+
 func startWebhook(t *testing.T, secret string) (*webhookRecorder, string) {
 	w := &webhookRecorder{t: t, secret: secret}
 	srv := httptest.NewServer(w)
@@ -78,10 +89,7 @@ func echoJob(session, text string, fail bool) map[string]any {
 // incognito job, or an agent with auto-resume off.
 func TestWebhookResume(t *testing.T) {
 	t.Parallel()
-	hook, url := startWebhook(t, "s3cret")
-	c := client{t: t, base: startServe(t, nil)}
-	code, _ := c.do("PUT", "/v1/agents/default", map[string]any{"resume": "webhook", "webhook_url": url, "webhook_secret": "s3cret"})
-	require.Equal(t, http.StatusOK, code)
+	hook, url, c := serveWithWebhook(t, "s3cret")
 
 	_, j := c.do("POST", "/v1/jobs", echoJob("chat-7", "hi", false))
 	id := j["id"].(string)
@@ -97,7 +105,7 @@ func TestWebhookResume(t *testing.T) {
 	_, ij := c.do("POST", "/v1/jobs", incog)
 	c.waitStatus(bg["id"].(string), "completed")
 	c.waitStatus(ij["id"].(string), "completed")
-	code, _ = c.do("PUT", "/v1/agents/default", map[string]any{"resume": "webhook", "webhook_url": url, "webhook_secret": "s3cret", "auto_resume": false})
+	code, _ := c.do("PUT", "/v1/agents/default", map[string]any{"resume": "webhook", "webhook_url": url, "webhook_secret": "s3cret", "auto_resume": false})
 	require.Equal(t, http.StatusOK, code)
 	time.Sleep(2500 * time.Millisecond) // agent configurations are cached for 2 s
 	_, off := c.do("POST", "/v1/jobs", echoJob("chat-7", "off", false))
@@ -110,10 +118,7 @@ func TestWebhookResume(t *testing.T) {
 // one resume with per-status counts.
 func TestBatchOverHTTP(t *testing.T) {
 	t.Parallel()
-	hook, url := startWebhook(t, "k")
-	c := client{t: t, base: startServe(t, nil)}
-	code, _ := c.do("PUT", "/v1/agents/default", map[string]any{"resume": "webhook", "webhook_url": url, "webhook_secret": "k"})
-	require.Equal(t, http.StatusOK, code)
+	hook, _, c := serveWithWebhook(t, "k")
 	var specs []any
 	for i := range 7 {
 		s := echoJob("", "m", i == 4)
@@ -156,10 +161,7 @@ func TestBatchOverHTTP(t *testing.T) {
 
 func TestBusyAndIdleOverHTTP(t *testing.T) {
 	t.Parallel()
-	hook, url := startWebhook(t, "k")
-	c := client{t: t, base: startServe(t, nil)}
-	code, _ := c.do("PUT", "/v1/agents/default", map[string]any{"resume": "webhook", "webhook_url": url, "webhook_secret": "k"})
-	require.Equal(t, http.StatusOK, code)
+	hook, _, c := serveWithWebhook(t, "k")
 	code, busy := c.do("POST", "/v1/sessions/chat-9/busy", map[string]any{"ttl_s": 600})
 	require.Equal(t, http.StatusOK, code)
 	require.Equal(t, map[string]any{"session": "chat-9", "busy": true}, busy)

@@ -25,10 +25,7 @@ func waitJob(session string, delayMS, waitMS int) map[string]any {
 // nothing.
 func TestSpawnWithATimeBudget(t *testing.T) {
 	t.Parallel()
-	hook, url := startWebhook(t, "k")
-	c := client{t: t, base: startServe(t, nil)}
-	code, _ := c.do("PUT", "/v1/agents/default", map[string]any{"resume": "webhook", "webhook_url": url, "webhook_secret": "k"})
-	require.Equal(t, http.StatusOK, code)
+	hook, _, c := serveWithWebhook(t, "k")
 
 	start := time.Now()
 	code, row := c.do("POST", "/v1/jobs", waitJob("chat-w", 100, 2000))

@@ -38,11 +38,22 @@ func (a *arrivals) mark(trigger string) {
 	a.mu.Unlock()
 }
 
-func (a *arrivals) get(trigger string) (time.Time, bool) {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	t, ok := a.at[trigger]
-	return t, ok
+// wait returns when a resume for trigger arrived, checking often enough
+// not to blur a millisecond figure.
+func (a *arrivals) wait(trigger string, timeout time.Duration) (time.Time, error) {
+	deadline := time.Now().Add(timeout)
+	for {
+		a.mu.Lock()
+		t, ok := a.at[trigger]
+		a.mu.Unlock()
+		if ok {
+			return t, nil
+		}
+		if time.Now().After(deadline) {
+			return time.Time{}, fmt.Errorf("no resume for %s within %s", trigger, timeout)
+		}
+		time.Sleep(200 * time.Microsecond)
+	}
 }
 
 // a2aReceiver is an A2A agent that only notes resumes.
@@ -155,17 +166,9 @@ func resumeLatencies(ctx context.Context, m *tasks.Manager, agent string, arr *a
 		if err != nil {
 			return nil, err
 		}
-		deadline := time.Now().Add(10 * time.Second)
-		var got time.Time
-		for {
-			if t, ok := arr.get(j.ID); ok {
-				got = t
-				break
-			}
-			if time.Now().After(deadline) {
-				return nil, fmt.Errorf("no resume for %s within 10s", j.ID)
-			}
-			time.Sleep(200 * time.Microsecond)
+		got, err := arr.wait(j.ID, 10*time.Second)
+		if err != nil {
+			return nil, err
 		}
 		row, err := m.Get(ctx, agent, j.ID)
 		if err != nil {
@@ -224,17 +227,9 @@ func fanOutJoin(ctx context.Context, m *tasks.Manager, api string, arr *arrivals
 	if err := json.Unmarshal(raw, &res); err != nil {
 		return err
 	}
-	deadline := time.Now().Add(2 * time.Minute)
-	var joinAt time.Time
-	for {
-		if t, ok := arr.get(res.BatchID); ok {
-			joinAt = t
-			break
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("no join resume for %s", res.BatchID)
-		}
-		time.Sleep(time.Millisecond)
+	joinAt, err := arr.wait(res.BatchID, 2*time.Minute)
+	if err != nil {
+		return err
 	}
 	var last time.Time
 	for _, mem := range res.Jobs {
