@@ -21,6 +21,12 @@ import (
 // SignatureHeader carries a webhook body's HMAC-SHA256, as "sha256=<hex>".
 const SignatureHeader = "X-Bgjobs-Signature"
 
+// MessageIDHeader carries a webhook resume's message id, the same as the
+// A2A resume's messageId. Delivery is at least once (a worker killed after
+// the receiver took the body but before it recorded that sends it again),
+// so a receiver drops a repeat of an id it already took.
+const MessageIDHeader = "X-Bgjobs-Message-Id"
+
 // Sign returns the SignatureHeader value of body under secret.
 func Sign(secret string, body []byte) string {
 	mac := hmac.New(sha256.New, []byte(secret))
@@ -38,7 +44,7 @@ func (r *A2A) SendResume(ctx context.Context, a *tasks.Agent, session, messageID
 	case tasks.ResumeA2A:
 		return r.sendA2AResume(ctx, a.A2AURL, session, messageID, meta)
 	case tasks.ResumeWebhook:
-		return r.sendWebhook(ctx, a.WebhookURL, a.WebhookSecret, session, meta)
+		return r.sendWebhook(ctx, a.WebhookURL, a.WebhookSecret, session, messageID, meta)
 	}
 	return nil
 }
@@ -89,7 +95,7 @@ func (r *A2A) sendA2AResume(ctx context.Context, url, session, messageID string,
 	return nil
 }
 
-func (r *A2A) sendWebhook(ctx context.Context, url, secret, session string, meta tasks.ResumeMeta) error {
+func (r *A2A) sendWebhook(ctx context.Context, url, secret, session, messageID string, meta tasks.ResumeMeta) error {
 	md, err := metaMap(meta)
 	if err != nil {
 		return err
@@ -107,6 +113,7 @@ func (r *A2A) sendWebhook(ctx context.Context, url, secret, session string, meta
 	}
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set(SignatureHeader, Sign(secret, body))
+	req.Header.Set(MessageIDHeader, messageID)
 	resp, err := r.HTTP.Do(req)
 	if err != nil {
 		return fmt.Errorf("webhook: %w", err)

@@ -218,6 +218,9 @@ func TestBatchJoinsSurviveAKilledWorker(t *testing.T) {
 		require.False(t, b.Partial)
 		require.Equal(t, 10, b.Settled)
 	}
+	hook.mu.Lock()
+	t.Logf("repeat deliveries the receiver dropped: %d", hook.repeats)
+	hook.mu.Unlock()
 	require.Empty(t, early, "no join before every member settled")
 	require.Len(t, hook.all(), 100, "no per-member resumes")
 	ns, err := m.Drain(ctx, "alpha", "chat-fan", "")

@@ -19,12 +19,14 @@ import (
 // webhookRecorder is a test endpoint that keeps every resume it receives,
 // checking each signature.
 type webhookRecorder struct {
-	t      *testing.T
-	secret string
-	mu     sync.Mutex
-	got    []map[string]any
-	status int // answer with this while non-zero
-	check  func(body map[string]any)
+	t       *testing.T
+	secret  string
+	mu      sync.Mutex
+	got     []map[string]any
+	status  int // answer with this while non-zero
+	check   func(body map[string]any)
+	seen    map[string]bool // message ids taken, as a receiver keeps them
+	repeats int
 }
 
 func (w *webhookRecorder) ServeHTTP(rw http.ResponseWriter, r *http.Request) {
@@ -39,6 +41,19 @@ func (w *webhookRecorder) ServeHTTP(rw http.ResponseWriter, r *http.Request) {
 	if !hmac.Equal([]byte(sig), []byte(agents.Sign(w.secret, body))) {
 		w.t.Errorf("bad signature %q", sig)
 	}
+	// Delivery is at least once: like any receiver, drop a repeat.
+	id := r.Header.Get(agents.MessageIDHeader)
+	if id == "" {
+		w.t.Errorf("webhook without %s", agents.MessageIDHeader)
+	}
+	if w.seen[id] {
+		w.repeats++
+		return
+	}
+	if w.seen == nil {
+		w.seen = map[string]bool{}
+	}
+	w.seen[id] = true
 	var m map[string]any
 	if err := json.Unmarshal(body, &m); err != nil {
 		w.t.Errorf("webhook body: %v", err)
