@@ -17,13 +17,20 @@ const (
 	WorkConcurrencyDefault   = 10
 	BatchJoinTimeoutDefault  = 900 * time.Second
 	SummaryCharsDefault      = 2000
-	TurnTimeoutDefault       = 30 * time.Minute
+	RunTimeoutDefault        = 30 * time.Minute
 	ResumeCoalesceDefault    = 250 * time.Millisecond
 	RetentionDefault         = 7 * 24 * time.Hour
 	ReconcileIntervalDefault = 30 * time.Second
 	ShutdownTimeoutDefault   = 10 * time.Second
 	NamespaceDefault         = "bgjobs"
 	PollIntervalDefault      = 10 * time.Millisecond
+	// Tuning of the asynq fetch loops (see Config).
+	TurnPollIntervalDefault    = 50 * time.Millisecond
+	ResumePollIntervalDefault  = 10 * time.Millisecond
+	ControlPollIntervalDefault = 100 * time.Millisecond
+	SparePollIntervalDefault   = 100 * time.Millisecond
+	MaxFetchLoopsDefault       = 12
+	MaxFastFetchLoopsDefault   = 3
 )
 
 // Config is everything a bgjobs process reads at start. Load reads it from
@@ -55,10 +62,11 @@ type Config struct {
 	// SummaryChars caps a turn report inside a notification. Defaults to
 	// SummaryCharsDefault.
 	SummaryChars int
-	// TurnTimeout is the longest a turn job may run. Defaults to
-	// TurnTimeoutDefault.
-	TurnTimeout time.Duration
-	// ResumeCoalesce is the storm-guard window for resumes. Defaults to
+	// RunTimeout is the longest any job, turn or work, may run
+	// (BGJOBS_TURN_TIMEOUT). Defaults to RunTimeoutDefault.
+	RunTimeout time.Duration
+	// ResumeCoalesce is the storm-guard window for resumes; negative turns
+	// the guard off (BGJOBS_RESUME_COALESCE=0). Defaults to
 	// ResumeCoalesceDefault.
 	ResumeCoalesce time.Duration
 	// Retention is how long a job row is kept after it was notified. Unread
@@ -82,10 +90,39 @@ type Config struct {
 	// StoredKeys is set at start when keys made with `bgjobs keys create`
 	// are stored in Redis: the API then requires a key.
 	StoredKeys bool
-	// PollInterval is how often an idle asynq worker looks for a task; it
-	// bounds pickup latency on an idle system. Defaults to
-	// PollIntervalDefault.
+	// PollInterval is how often an idle work fetch loop looks for a task
+	// (BGJOBS_POLL_INTERVAL); it bounds pickup latency on an idle system.
+	// Defaults to PollIntervalDefault.
 	PollInterval time.Duration
+	// TurnPollInterval is how often an idle process looks for turns
+	// (BGJOBS_TURN_POLL_INTERVAL): a turn runs for seconds, so a few tens of
+	// milliseconds to start one are not worth a hundred polls a second.
+	// Never below PollInterval. Defaults to TurnPollIntervalDefault.
+	TurnPollInterval time.Duration
+	// ResumePollInterval is how often an idle process looks for resumes
+	// to deliver (BGJOBS_RESUME_POLL_INTERVAL). Defaults to
+	// ResumePollIntervalDefault.
+	ResumePollInterval time.Duration
+	// ControlPollInterval is how often an idle process looks for due
+	// timers (BGJOBS_CONTROL_POLL_INTERVAL); asynq moves due timers into
+	// the queue once a second, so faster buys nothing. Never below
+	// PollInterval. Defaults to ControlPollIntervalDefault.
+	ControlPollInterval time.Duration
+	// MaxFetchLoops caps the work fetch loops of a process
+	// (BGJOBS_MAX_FETCH_LOOPS). An asynq server fetches one task per round
+	// trip from a single loop, which caps a busy process below what its
+	// workers could run, so work concurrency is split over one loop per 4
+	// slots, up to this many. Defaults to MaxFetchLoopsDefault.
+	MaxFetchLoops int
+	// MaxFastFetchLoops caps the work fetch loops that poll an idle queue
+	// at PollInterval (one per 16 slots, up to this many); the rest poll at
+	// SparePollInterval (BGJOBS_MAX_FAST_FETCH_LOOPS). Defaults to
+	// MaxFastFetchLoopsDefault.
+	MaxFastFetchLoops int
+	// SparePollInterval is how often the spare work fetch loops poll an
+	// idle queue (BGJOBS_SPARE_POLL_INTERVAL). Defaults to
+	// SparePollIntervalDefault.
+	SparePollInterval time.Duration
 }
 
 // WithDefaults returns a copy of c with every zero field set to its default.
@@ -96,12 +133,19 @@ func (c Config) WithDefaults() Config {
 	c.WorkConcurrency = cmp.Or(c.WorkConcurrency, WorkConcurrencyDefault)
 	c.BatchJoinTimeout = cmp.Or(c.BatchJoinTimeout, BatchJoinTimeoutDefault)
 	c.SummaryChars = cmp.Or(c.SummaryChars, SummaryCharsDefault)
-	c.TurnTimeout = cmp.Or(c.TurnTimeout, TurnTimeoutDefault)
+	c.RunTimeout = cmp.Or(c.RunTimeout, RunTimeoutDefault)
+	c.ResumeCoalesce = cmp.Or(c.ResumeCoalesce, ResumeCoalesceDefault)
 	c.Retention = cmp.Or(c.Retention, RetentionDefault)
 	c.ReconcileInterval = cmp.Or(c.ReconcileInterval, ReconcileIntervalDefault)
 	c.ShutdownTimeout = cmp.Or(c.ShutdownTimeout, ShutdownTimeoutDefault)
 	c.Namespace = cmp.Or(c.Namespace, NamespaceDefault)
 	c.PollInterval = cmp.Or(c.PollInterval, PollIntervalDefault)
+	c.TurnPollInterval = max(c.PollInterval, cmp.Or(c.TurnPollInterval, TurnPollIntervalDefault))
+	c.ResumePollInterval = cmp.Or(c.ResumePollInterval, ResumePollIntervalDefault)
+	c.ControlPollInterval = max(c.PollInterval, cmp.Or(c.ControlPollInterval, ControlPollIntervalDefault))
+	c.MaxFetchLoops = cmp.Or(c.MaxFetchLoops, MaxFetchLoopsDefault)
+	c.MaxFastFetchLoops = cmp.Or(c.MaxFastFetchLoops, MaxFastFetchLoopsDefault)
+	c.SparePollInterval = max(c.PollInterval, cmp.Or(c.SparePollInterval, SparePollIntervalDefault))
 	return c
 }
 
@@ -118,6 +162,9 @@ func (c Config) Validate() error {
 	}
 	if c.SummaryChars < 100 {
 		return FieldError("BGJOBS_SUMMARY_CHARS", "must be at least 100")
+	}
+	if c.MaxFetchLoops < 1 || c.MaxFastFetchLoops < 1 {
+		return FieldError("BGJOBS_MAX_FETCH_LOOPS", "fetch loops must be at least 1")
 	}
 	if c.Retention < 10*time.Minute {
 		// A repeated drain re-reads notified rows for 10 minutes.
@@ -180,6 +227,8 @@ func Load(getenv func(string) string) (Config, error) {
 		{"BGJOBS_TURN_CONCURRENCY", &c.TurnConcurrency},
 		{"BGJOBS_WORK_CONCURRENCY", &c.WorkConcurrency},
 		{"BGJOBS_SUMMARY_CHARS", &c.SummaryChars},
+		{"BGJOBS_MAX_FETCH_LOOPS", &c.MaxFetchLoops},
+		{"BGJOBS_MAX_FAST_FETCH_LOOPS", &c.MaxFastFetchLoops},
 	}
 	for _, v := range ints {
 		if s := getenv(v.name); s != "" {
@@ -195,12 +244,16 @@ func Load(getenv func(string) string) (Config, error) {
 		dst  *time.Duration
 	}{
 		{"BGJOBS_BATCH_JOIN_TIMEOUT", &c.BatchJoinTimeout},
-		{"BGJOBS_TURN_TIMEOUT", &c.TurnTimeout},
+		{"BGJOBS_TURN_TIMEOUT", &c.RunTimeout},
 		{"BGJOBS_RESUME_COALESCE", &c.ResumeCoalesce},
 		{"BGJOBS_RETENTION", &c.Retention},
 		{"BGJOBS_RECONCILE_INTERVAL", &c.ReconcileInterval},
 		{"BGJOBS_SHUTDOWN_TIMEOUT", &c.ShutdownTimeout},
 		{"BGJOBS_POLL_INTERVAL", &c.PollInterval},
+		{"BGJOBS_TURN_POLL_INTERVAL", &c.TurnPollInterval},
+		{"BGJOBS_RESUME_POLL_INTERVAL", &c.ResumePollInterval},
+		{"BGJOBS_CONTROL_POLL_INTERVAL", &c.ControlPollInterval},
+		{"BGJOBS_SPARE_POLL_INTERVAL", &c.SparePollInterval},
 	}
 	for _, v := range durations {
 		if s := getenv(v.name); s != "" {
@@ -218,8 +271,8 @@ func Load(getenv func(string) string) (Config, error) {
 		}
 		c.NoAutoResume = !b
 	}
-	if getenv("BGJOBS_RESUME_COALESCE") == "" {
-		c.ResumeCoalesce = ResumeCoalesceDefault
+	if getenv("BGJOBS_RESUME_COALESCE") != "" && c.ResumeCoalesce == 0 {
+		c.ResumeCoalesce = -1 // 0 turns the guard off; the zero value means the default
 	}
 	return c.WithDefaults(), nil
 }

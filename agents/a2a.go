@@ -6,6 +6,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/bgjobs/bgjobs"
 	"net/http"
 	"strings"
 	"time"
@@ -38,7 +39,7 @@ func BackgroundContext(jobID string) string { return "background:" + jobID }
 // RunTurn sends the turn and returns the report. A task that is not yet
 // terminal is followed with tasks/get until it ends or ctx is done; when ctx
 // ends first (cancel or timeout) the agent is sent tasks/cancel.
-func (r *A2A) RunTurn(ctx context.Context, t tasks.Turn) (string, error) {
+func (r *A2A) RunTurn(ctx context.Context, t bgjobs.Turn) (string, error) {
 	client, err := a2aclient.NewFromEndpoints(ctx,
 		[]a2a.AgentInterface{{URL: t.AgentURL, Transport: a2a.TransportProtocolJSONRPC}},
 		a2aclient.WithJSONRPCTransport(r.HTTP))

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"github.com/bgjobs/bgjobs"
 	"net/http"
 	"net/http/httptest"
 	"sync"
@@ -59,8 +60,8 @@ func (s *slowAgent) methods() []string {
 	return append([]string(nil), s.calls...)
 }
 
-func turn(url string) tasks.Turn {
-	return tasks.Turn{AgentURL: url, JobID: "bg-0123456789ab", OriginSession: "chat-1", Prompt: "go"}
+func turn(url string) bgjobs.Turn {
+	return bgjobs.Turn{AgentURL: url, JobID: "bg-0123456789ab", OriginSession: "chat-1", Prompt: "go"}
 }
 
 func TestTurnFollowsATaskUntilItEnds(t *testing.T) {

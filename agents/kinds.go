@@ -180,7 +180,7 @@ type delegateArgs struct {
 }
 
 // AgentLookup finds a registered agent.
-type AgentLookup func(ctx context.Context, name string) (*tasks.Agent, error)
+type AgentLookup func(ctx context.Context, name string) (*bgjobs.Agent, error)
 
 // DelegateKind sends a message to another registered agent over A2A; its
 // reply is the deliverable, handed over whole.

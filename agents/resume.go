@@ -8,14 +8,13 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"github.com/bgjobs/bgjobs"
 	"io"
 	"net/http"
 	"time"
 
 	"github.com/a2aproject/a2a-go/a2a"
 	"github.com/a2aproject/a2a-go/a2aclient"
-
-	"github.com/bgjobs/bgjobs/tasks"
 )
 
 // SignatureHeader carries a webhook body's HMAC-SHA256, as "sha256=<hex>".
@@ -39,11 +38,11 @@ const webhookTimeout = 10 * time.Second
 
 // SendResume wakes the agent's session: A2A message/send with contextId =
 // the session, or a signed webhook POST, as the agent is configured.
-func (r *A2A) SendResume(ctx context.Context, a *tasks.Agent, session, messageID string, meta tasks.ResumeMeta) error {
+func (r *A2A) SendResume(ctx context.Context, a *bgjobs.Agent, session, messageID string, meta bgjobs.ResumeMeta) error {
 	switch a.Resume {
-	case tasks.ResumeA2A:
+	case bgjobs.ResumeA2A:
 		return r.sendA2AResume(ctx, a.A2AURL, session, messageID, meta)
-	case tasks.ResumeWebhook:
+	case bgjobs.ResumeWebhook:
 		return r.sendWebhook(ctx, a.WebhookURL, a.WebhookSecret, session, messageID, meta)
 	}
 	return nil
@@ -51,7 +50,7 @@ func (r *A2A) SendResume(ctx context.Context, a *tasks.Agent, session, messageID
 
 // ResumeText is the one text part of an A2A resume: it tells the agent what
 // to do, and nothing of the results themselves.
-func ResumeText(meta tasks.ResumeMeta) string {
+func ResumeText(meta bgjobs.ResumeMeta) string {
 	what := fmt.Sprintf("%d background job(s) finished", len(meta.Jobs))
 	if meta.BatchID != nil && meta.Trigger == *meta.BatchID {
 		what = fmt.Sprintf("Background batch %s joined", *meta.BatchID)
@@ -64,7 +63,7 @@ func ResumeText(meta tasks.ResumeMeta) string {
 		what, c.Completed, c.Failed, c.Cancelled)
 }
 
-func metaMap(meta tasks.ResumeMeta) (map[string]any, error) {
+func metaMap(meta bgjobs.ResumeMeta) (map[string]any, error) {
 	b, err := json.Marshal(meta)
 	if err != nil {
 		return nil, err
@@ -73,7 +72,7 @@ func metaMap(meta tasks.ResumeMeta) (map[string]any, error) {
 	return m, json.Unmarshal(b, &m)
 }
 
-func (r *A2A) sendA2AResume(ctx context.Context, url, session, messageID string, meta tasks.ResumeMeta) error {
+func (r *A2A) sendA2AResume(ctx context.Context, url, session, messageID string, meta bgjobs.ResumeMeta) error {
 	// Not blocking: the agent runs a whole turn on this nudge; bgjobs only
 	// needs it accepted.
 	client, err := a2aclient.NewFromEndpoints(ctx,
@@ -95,7 +94,7 @@ func (r *A2A) sendA2AResume(ctx context.Context, url, session, messageID string,
 	return nil
 }
 
-func (r *A2A) sendWebhook(ctx context.Context, url, secret, session, messageID string, meta tasks.ResumeMeta) error {
+func (r *A2A) sendWebhook(ctx context.Context, url, secret, session, messageID string, meta bgjobs.ResumeMeta) error {
 	md, err := metaMap(meta)
 	if err != nil {
 		return err

@@ -79,7 +79,7 @@ func Run(ctx context.Context, cfg bgjobs.Config, mode Mode, stdout io.Writer, op
 	m := tasks.NewManager(conn.rdb, cfg, tasks.Deps{Kinds: kinds, Turns: runner, Resumer: runner, Logger: log})
 	defer m.Close()
 	kinds.Register(agents.IngestKind(agents.SafeClient(time.Minute, cfg.FetchAllow), m.AppendDocs))
-	kinds.Register(runner.DelegateKind(func(ctx context.Context, name string) (*tasks.Agent, error) {
+	kinds.Register(runner.DelegateKind(func(ctx context.Context, name string) (*bgjobs.Agent, error) {
 		a, err := m.GetAgent(ctx, name)
 		if bgjobs.ErrorCode(err) == bgjobs.ENotFound {
 			return nil, nil

@@ -19,7 +19,7 @@ type agentBody struct {
 }
 
 // redacted is what GET shows of an agent: never its webhook secret.
-func redacted(a *tasks.Agent) map[string]any {
+func redacted(a *bgjobs.Agent) map[string]any {
 	auto := true
 	if a.AutoResume != nil {
 		auto = *a.AutoResume
@@ -48,7 +48,7 @@ func handlePutAgent(m *tasks.Manager) echo.HandlerFunc {
 		if err = decodeBody(c, &b); err != nil {
 			return err
 		}
-		a := &tasks.Agent{Name: name, A2AURL: b.A2AURL, Resume: b.Resume, WebhookURL: b.WebhookURL,
+		a := &bgjobs.Agent{Name: name, A2AURL: b.A2AURL, Resume: b.Resume, WebhookURL: b.WebhookURL,
 			WebhookSecret: b.WebhookSecret, AutoResume: b.AutoResume, SubagentTypes: b.SubagentTypes}
 		if err = m.PutAgent(c.Request().Context(), a); err != nil {
 			return err

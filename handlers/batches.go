@@ -18,12 +18,12 @@ type batchBody struct {
 
 // batchJob is one spec of a batch: a spawn without its own session.
 type batchJob struct {
-	Kind         string          `json:"kind"`
-	SubagentType string          `json:"subagent_type"`
-	Description  string          `json:"description"`
-	Prompt       string          `json:"prompt"`
-	Incognito    bool            `json:"incognito"`
-	Work         *tasks.WorkSpec `json:"work"`
+	Kind         string           `json:"kind"`
+	SubagentType string           `json:"subagent_type"`
+	Description  string           `json:"description"`
+	Prompt       string           `json:"prompt"`
+	Incognito    bool             `json:"incognito"`
+	Work         *bgjobs.WorkSpec `json:"work"`
 }
 
 // handleSpawnBatch fans out; specs that do not even decode are skipped and
@@ -47,7 +47,7 @@ func handleSpawnBatch(m *tasks.Manager) echo.HandlerFunc {
 				specs[i] = tasks.SpawnRequest{Invalid: be}
 				continue
 			}
-			specs[i] = tasks.SpawnRequest{Kind: tasks.Kind(j.Kind), SubagentType: j.SubagentType,
+			specs[i] = tasks.SpawnRequest{Kind: bgjobs.Kind(j.Kind), SubagentType: j.SubagentType,
 				Description: j.Description, Prompt: j.Prompt, Incognito: j.Incognito, Work: j.Work}
 		}
 		res, err := m.SpawnBatch(c.Request().Context(), agent, body.OriginSession, specs)

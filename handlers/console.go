@@ -27,11 +27,11 @@ type pageData struct {
 	Session  string
 	Status   string
 	Statuses []string
-	Jobs     []*tasks.Job
-	Job      *tasks.Job
+	Jobs     []*bgjobs.Job
+	Job      *bgjobs.Job
 	Query    string
 	Result   *search.RecallResult
-	Batch    *tasks.Batch
+	Batch    *bgjobs.Batch
 	Error    string
 }
 

@@ -127,8 +127,8 @@ func TestBadInput(t *testing.T) {
 
 func (b *testBundle) spawnEcho(t *testing.T) string {
 	t.Helper()
-	j, _, err := b.m.Spawn(context.Background(), tasks.SpawnRequest{Agent: "alpha", OriginSession: "s", Kind: tasks.KindWork,
-		Work: &tasks.WorkSpec{Type: "echo", Args: json.RawMessage(`{"delay_ms":60000}`)}})
+	j, _, err := b.m.Spawn(context.Background(), tasks.SpawnRequest{Agent: "alpha", OriginSession: "s", Kind: bgjobs.KindWork,
+		Work: &bgjobs.WorkSpec{Type: "echo", Args: json.RawMessage(`{"delay_ms":60000}`)}})
 	require.NoError(t, err)
 	return j.ID
 }

@@ -23,7 +23,7 @@ func handleReadyz(m *tasks.Manager) echo.HandlerFunc {
 	return func(c echo.Context) error {
 		ctx, cancel := context.WithTimeout(c.Request().Context(), 2*time.Second)
 		defer cancel()
-		if err := m.Redis().Ping(ctx).Err(); err != nil {
+		if err := m.Ping(ctx); err != nil {
 			return bgjobs.Errorf(bgjobs.EUnavailable, "redis does not answer: %v", err)
 		}
 		return c.JSON(http.StatusOK, map[string]string{"status": "ready"})

@@ -14,21 +14,21 @@ import (
 )
 
 type spawnBody struct {
-	OriginSession string          `json:"origin_session"`
-	Kind          string          `json:"kind"`
-	SubagentType  string          `json:"subagent_type"`
-	Description   string          `json:"description"`
-	Prompt        string          `json:"prompt"`
-	Incognito     bool            `json:"incognito"`
-	Work          *tasks.WorkSpec `json:"work"`
-	WaitMS        int             `json:"wait_ms"`
+	OriginSession string           `json:"origin_session"`
+	Kind          string           `json:"kind"`
+	SubagentType  string           `json:"subagent_type"`
+	Description   string           `json:"description"`
+	Prompt        string           `json:"prompt"`
+	Incognito     bool             `json:"incognito"`
+	Work          *bgjobs.WorkSpec `json:"work"`
+	WaitMS        int              `json:"wait_ms"`
 }
 
 type spawnResponse struct {
-	ID      string       `json:"id"`
-	Status  tasks.Status `json:"status"`
-	BatchID *string      `json:"batch_id"`
-	Message string       `json:"message"`
+	ID      string        `json:"id"`
+	Status  bgjobs.Status `json:"status"`
+	BatchID *string       `json:"batch_id"`
+	Message string        `json:"message"`
 }
 
 // spawnMessage is the contract the model reads: trust the notification.
@@ -41,7 +41,7 @@ func (b spawnBody) request(agent, idemKey string) (tasks.SpawnRequest, error) {
 		return tasks.SpawnRequest{}, bgjobs.FieldError("wait_ms", "between 0 and %d", tasks.WaitMax.Milliseconds())
 	}
 	return tasks.SpawnRequest{Wait: time.Duration(b.WaitMS) * time.Millisecond,
-		Agent: agent, OriginSession: b.OriginSession, Kind: tasks.Kind(b.Kind),
+		Agent: agent, OriginSession: b.OriginSession, Kind: bgjobs.Kind(b.Kind),
 		SubagentType: b.SubagentType, Description: b.Description, Prompt: b.Prompt,
 		Work: b.Work, Incognito: b.Incognito, IdempotencyKey: idemKey,
 	}, nil
@@ -85,8 +85,8 @@ func handleSpawn(m *tasks.Manager) echo.HandlerFunc {
 }
 
 type listResponse struct {
-	Jobs       []*tasks.Job `json:"jobs"`
-	NextCursor *string      `json:"next_cursor"`
+	Jobs       []*bgjobs.Job `json:"jobs"`
+	NextCursor *string       `json:"next_cursor"`
 }
 
 func handleListJobs(m *tasks.Manager) echo.HandlerFunc {
@@ -111,7 +111,7 @@ func handleListJobs(m *tasks.Manager) echo.HandlerFunc {
 		}
 		resp := listResponse{Jobs: jobs}
 		if resp.Jobs == nil {
-			resp.Jobs = []*tasks.Job{}
+			resp.Jobs = []*bgjobs.Job{}
 		}
 		if next != "" {
 			resp.NextCursor = &next

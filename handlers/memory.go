@@ -99,9 +99,9 @@ func handleKnowledge(m *tasks.Manager, mem Memory) echo.HandlerFunc {
 			if b.Text != "" {
 				return bgjobs.FieldError("text", "give text or url, not both")
 			}
-			j, _, err := m.Spawn(ctx, tasks.SpawnRequest{Agent: agent, OriginSession: b.Session, Kind: tasks.KindWork,
+			j, _, err := m.Spawn(ctx, tasks.SpawnRequest{Agent: agent, OriginSession: b.Session, Kind: bgjobs.KindWork,
 				Description: bgjobs.CutRunes("Ingest "+b.URL, bgjobs.MaxDescriptionChars),
-				Work:        &tasks.WorkSpec{Type: "ingest", Args: mustJSON(map[string]string{"url": b.URL})}})
+				Work:        &bgjobs.WorkSpec{Type: "ingest", Args: mustJSON(map[string]string{"url": b.URL})}})
 			if err != nil {
 				if be, ok := err.(*bgjobs.Error); ok && be.Field == "work.args" {
 					be.Field = "url"

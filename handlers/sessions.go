@@ -35,7 +35,7 @@ func handleSessionAction(m *tasks.Manager) echo.HandlerFunc {
 }
 
 type drainResponse struct {
-	Notifications []tasks.Notification `json:"notifications"`
+	Notifications []bgjobs.Notification `json:"notifications"`
 }
 
 func handleDrain(m *tasks.Manager) func(echo.Context, string) error {
@@ -53,7 +53,7 @@ func handleDrain(m *tasks.Manager) func(echo.Context, string) error {
 			return err
 		}
 		if ns == nil {
-			ns = []tasks.Notification{}
+			ns = []bgjobs.Notification{}
 		}
 		return c.JSON(http.StatusOK, drainResponse{Notifications: ns})
 	}

@@ -61,14 +61,14 @@ const SpawnDescription = "Start long work in the background and keep talking. Re
 
 // SpawnInput is spawn_background's input.
 type SpawnInput struct {
-	OriginSession string          `json:"origin_session" jsonschema:"your current session id; the result comes back to it"`
-	Description   string          `json:"description" jsonschema:"a short title for the job"`
-	Prompt        string          `json:"prompt,omitempty" jsonschema:"the task for a background agent turn"`
-	SubagentType  string          `json:"subagent_type,omitempty" jsonschema:"which kind of background agent runs the turn"`
-	Kind          string          `json:"kind,omitempty" jsonschema:"turn (default) or work"`
-	Work          *tasks.WorkSpec `json:"work,omitempty" jsonschema:"for kind work: the registered work type and its args"`
-	Incognito     bool            `json:"incognito,omitempty" jsonschema:"keep the report out of memory and send no resume"`
-	WaitMS        int             `json:"wait_ms,omitempty" jsonschema:"wait up to this many milliseconds (at most 120000): a job that ends in time returns its result here and is not notified again"`
+	OriginSession string           `json:"origin_session" jsonschema:"your current session id; the result comes back to it"`
+	Description   string           `json:"description" jsonschema:"a short title for the job"`
+	Prompt        string           `json:"prompt,omitempty" jsonschema:"the task for a background agent turn"`
+	SubagentType  string           `json:"subagent_type,omitempty" jsonschema:"which kind of background agent runs the turn"`
+	Kind          string           `json:"kind,omitempty" jsonschema:"turn (default) or work"`
+	Work          *bgjobs.WorkSpec `json:"work,omitempty" jsonschema:"for kind work: the registered work type and its args"`
+	Incognito     bool             `json:"incognito,omitempty" jsonschema:"keep the report out of memory and send no resume"`
+	WaitMS        int              `json:"wait_ms,omitempty" jsonschema:"wait up to this many milliseconds (at most 120000): a job that ends in time returns its result here and is not notified again"`
 }
 
 // BatchInput is task_batch's input.
@@ -119,7 +119,7 @@ func toolError(err error) (*mcp.CallToolResult, any, error) {
 }
 
 func (in SpawnInput) request(agent, session string) tasks.SpawnRequest {
-	return tasks.SpawnRequest{Agent: agent, OriginSession: session, Kind: tasks.Kind(in.Kind),
+	return tasks.SpawnRequest{Agent: agent, OriginSession: session, Kind: bgjobs.Kind(in.Kind),
 		SubagentType: in.SubagentType, Description: in.Description, Prompt: in.Prompt, Work: in.Work, Incognito: in.Incognito}
 }
 

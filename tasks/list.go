@@ -6,8 +6,6 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/redis/go-redis/v9"
-
 	"github.com/bgjobs/bgjobs"
 )
 
@@ -35,25 +33,25 @@ const (
 
 // List returns a page of jobs (without result and prompt) and the cursor of
 // the next page, "" at the end.
-func (m *Manager) List(ctx context.Context, req ListRequest) ([]*Job, string, error) {
+func (m *Manager) List(ctx context.Context, req ListRequest) ([]*bgjobs.Job, string, error) {
 	if req.Limit == 0 {
 		req.Limit = ListLimitDefault
 	}
 	if req.Limit < 1 || req.Limit > ListLimitMax {
 		return nil, "", bgjobs.FieldError("limit", "between 1 and %d", ListLimitMax)
 	}
-	if req.Status != "" && !ValidStatus(req.Status) {
+	if req.Status != "" && !bgjobs.ValidStatus(req.Status) {
 		return nil, "", bgjobs.FieldError("status", "want queued, running, completed, failed or cancelled")
 	}
 	if req.BatchID != "" && !bgjobs.ValidBatchID(req.BatchID) {
 		return nil, "", bgjobs.FieldError("batch_id", "batch ids look like bt-0123456789ab")
 	}
-	key := m.k.agentJobs(req.Agent)
+	key := m.store.Keys().AgentJobs(req.Agent)
 	if req.Session != "" {
 		if err := bgjobs.CheckSession("session", req.Session); err != nil {
 			return nil, "", err
 		}
-		key = m.k.sessionJobs(Tag(req.Agent, req.Session))
+		key = m.store.Keys().SessionJobs(bgjobs.Tag(req.Agent, req.Session))
 	}
 	max, afterID := "+inf", ""
 	if req.Cursor != "" {
@@ -63,21 +61,20 @@ func (m *Manager) List(ctx context.Context, req ListRequest) ([]*Job, string, er
 		}
 		max, afterID = score, id
 	}
-	var out []*Job
+	var out []*bgjobs.Job
 	scanned := 0
 	lastScore, lastID := "", ""
 	for scanned < listScanBudget {
-		zs, err := m.rdb.ZRevRangeByScoreWithScores(ctx, key, &redis.ZRangeBy{Max: max, Min: "-inf", Count: 100}).Result()
+		zs, err := m.store.ListPage(ctx, key, max, 100)
 		if err != nil {
-			return nil, "", unavailable("list jobs", err)
+			return nil, "", err
 		}
 		if len(zs) == 0 {
 			return out, "", nil
 		}
 		var ids, scores []string
 		for _, z := range zs {
-			id, _ := z.Member.(string)
-			score := strconv.FormatInt(int64(z.Score), 10)
+			id, score := z.ID, z.Score
 			// Members that share the cursor's score come in descending id
 			// order; skip up to and including the cursor's own.
 			if afterID != "" && score == max && id >= afterID {
@@ -89,7 +86,7 @@ func (m *Manager) List(ctx context.Context, req ListRequest) ([]*Job, string, er
 			return out, "", nil
 		}
 		// The page's rows in two round trips, not two per row.
-		rows, err := m.store.lookupMany(ctx, ids)
+		rows, err := m.store.LookupMany(ctx, ids)
 		if err != nil {
 			return nil, "", err
 		}
@@ -98,7 +95,7 @@ func (m *Manager) List(ctx context.Context, req ListRequest) ([]*Job, string, er
 			lastScore, lastID = scores[i], id
 			j := rows[i]
 			if j == nil || j.Agent != req.Agent {
-				m.rdb.ZRem(ctx, key, id) // expired after notification
+				m.store.Unlist(key, id) // expired after notification
 				continue
 			}
 			if (req.Status != "" && string(j.Status) != req.Status) ||

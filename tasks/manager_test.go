@@ -17,6 +17,8 @@ import (
 
 	"github.com/bgjobs/bgjobs"
 	"github.com/bgjobs/bgjobs/internal/testenv"
+	"github.com/bgjobs/bgjobs/tasks/internal/maintenance"
+	"github.com/bgjobs/bgjobs/tasks/internal/registry"
 )
 
 type testBundle struct {
@@ -63,11 +65,11 @@ func (b *testBundle) startWorker(t *testing.T) {
 
 func echoSpawn(session, text string, delayMS int, fail bool) SpawnRequest {
 	args, _ := json.Marshal(EchoArgs{Text: text, DelayMS: delayMS, Fail: fail})
-	return SpawnRequest{Agent: "alpha", OriginSession: session, Kind: KindWork, Description: "echo " + text,
-		Work: &WorkSpec{Type: "echo", Args: args}}
+	return SpawnRequest{Agent: "alpha", OriginSession: session, Kind: bgjobs.KindWork, Description: "echo " + text,
+		Work: &bgjobs.WorkSpec{Type: "echo", Args: args}}
 }
 
-func (b *testBundle) spawn(t *testing.T, req SpawnRequest) *Job {
+func (b *testBundle) spawn(t *testing.T, req SpawnRequest) *bgjobs.Job {
 	t.Helper()
 	j, _, err := b.m.Spawn(context.Background(), req)
 	require.NoError(t, err)
@@ -75,16 +77,16 @@ func (b *testBundle) spawn(t *testing.T, req SpawnRequest) *Job {
 }
 
 // drain drains agent alpha's session.
-func (b *testBundle) drain(t *testing.T, session string) []Notification {
+func (b *testBundle) drain(t *testing.T, session string) []bgjobs.Notification {
 	t.Helper()
 	ns, err := b.m.Drain(context.Background(), "alpha", session, "")
 	require.NoError(t, err)
 	return ns
 }
 
-func (b *testBundle) waitStatus(t *testing.T, id string, want Status, timeout time.Duration) *Job {
+func (b *testBundle) waitStatus(t *testing.T, id string, want bgjobs.Status, timeout time.Duration) *bgjobs.Job {
 	t.Helper()
-	var j *Job
+	var j *bgjobs.Job
 	testenv.Eventually(t, timeout, fmt.Sprintf("%s to be %s", id, want), func() bool {
 		var err error
 		j, err = b.m.Get(context.Background(), "alpha", id)
@@ -102,19 +104,19 @@ func TestSpawnRunDrain(t *testing.T) {
 
 	ok := b.spawn(t, echoSpawn("chat-1", "hello", 0, false))
 	bad := b.spawn(t, echoSpawn("chat-1", "boom", 0, true))
-	require.Equal(t, StatusQueued, ok.Status)
-	j := b.waitStatus(t, ok.ID, StatusCompleted, 10*time.Second)
+	require.Equal(t, bgjobs.StatusQueued, ok.Status)
+	j := b.waitStatus(t, ok.ID, bgjobs.StatusCompleted, 10*time.Second)
 	require.Equal(t, "hello", *j.Result)
 	require.Equal(t, 1, j.Attempts)
 	require.NotNil(t, j.StartedAt)
 	require.NotNil(t, j.CompletedAt)
-	f := b.waitStatus(t, bad.ID, StatusFailed, 10*time.Second)
+	f := b.waitStatus(t, bad.ID, bgjobs.StatusFailed, 10*time.Second)
 	require.Equal(t, "boom", *f.Error)
 	require.Equal(t, 1, f.Attempts, "a failure the kind did not mark retryable is final")
 
 	ns := b.drain(t, "chat-1")
 	require.Len(t, ns, 2)
-	got := map[string]Notification{ns[0].JobID: ns[0], ns[1].JobID: ns[1]}
+	got := map[string]bgjobs.Notification{ns[0].JobID: ns[0], ns[1].JobID: ns[1]}
 	require.Contains(t, got[ok.ID].Text, "<result>hello</result>")
 	require.Contains(t, got[bad.ID].Text, "<error>boom</error>")
 	require.Contains(t, got[bad.ID].Text, "<status>failed</status>")
@@ -141,10 +143,10 @@ func TestDrainOldestCompletionFirst(t *testing.T) {
 	for i, id := range slices.Backward(ids) {
 		at := base.Add(time.Duration(5-i) * time.Second)
 		b.now.Store(&at)
-		j, err := b.m.store.lookup(ctx, id)
+		j, err := b.m.store.Lookup(ctx, id)
 		require.NoError(t, err)
 		r := "r"
-		_, err = b.m.settle(ctx, j, Outcome{Status: StatusCompleted, Result: &r})
+		_, err = b.m.follow.Settle(ctx, j, bgjobs.Outcome{Status: bgjobs.StatusCompleted, Result: &r})
 		require.NoError(t, err)
 	}
 	ns := b.drain(t, "chat-1")
@@ -220,34 +222,33 @@ func TestSettleTwiceIsOneOutcome(t *testing.T) {
 	b := setup(t)
 	ctx := context.Background()
 	j := b.spawn(t, echoSpawn("chat-1", "x", 0, false))
-	tag := Tag(j.Agent, j.OriginSession)
+	tag := bgjobs.Tag(j.Agent, j.OriginSession)
 
-	code, attempt, _, err := b.m.store.start(ctx, tag, j.ID, time.Now())
+	st, err := b.m.store.Start(ctx, tag, j.ID, time.Now())
 	require.NoError(t, err)
-	require.Equal(t, []int64{1, 1}, []int64{code, attempt})
+	require.Equal(t, registry.Started{Job: st.Job, Attempt: 1, Rerun: false}, st)
 	// The lease was lost: asynq runs the task again while the row is running.
-	code, attempt, _, err = b.m.store.start(ctx, tag, j.ID, time.Now())
+	st, err = b.m.store.Start(ctx, tag, j.ID, time.Now())
 	require.NoError(t, err)
-	require.Equal(t, []int64{2, 2}, []int64{code, attempt})
+	require.Equal(t, registry.Started{Job: st.Job, Attempt: 2, Rerun: true}, st)
 
 	first, second := "first", "second"
-	ok, err := b.m.settle(ctx, j, Outcome{Status: StatusCompleted, Result: &first})
+	ok, err := b.m.follow.Settle(ctx, j, bgjobs.Outcome{Status: bgjobs.StatusCompleted, Result: &first})
 	require.NoError(t, err)
 	require.True(t, ok)
 	msg := "late failure"
-	ok, err = b.m.settle(ctx, j, Outcome{Status: StatusFailed, Error: &msg})
+	ok, err = b.m.follow.Settle(ctx, j, bgjobs.Outcome{Status: bgjobs.StatusFailed, Error: &msg})
 	require.NoError(t, err)
 	require.False(t, ok, "a terminal job never changes")
-	ok, err = b.m.settle(ctx, j, Outcome{Status: StatusCompleted, Result: &second})
+	ok, err = b.m.follow.Settle(ctx, j, bgjobs.Outcome{Status: bgjobs.StatusCompleted, Result: &second})
 	require.NoError(t, err)
 	require.False(t, ok)
-	code, _, _, err = b.m.store.start(ctx, tag, j.ID, time.Now())
-	require.NoError(t, err)
-	require.Equal(t, int64(0), code, "a terminal job does not start again")
+	_, err = b.m.store.Start(ctx, tag, j.ID, time.Now())
+	require.ErrorIs(t, err, registry.ErrEnded, "a terminal job does not start again")
 
 	got, err := b.m.Get(ctx, "alpha", j.ID)
 	require.NoError(t, err)
-	require.Equal(t, StatusCompleted, got.Status)
+	require.Equal(t, bgjobs.StatusCompleted, got.Status)
 	require.Equal(t, "first", *got.Result)
 	ns := b.drain(t, "chat-1")
 	require.Len(t, ns, 1)
@@ -259,7 +260,7 @@ func TestDrainIdempotencyKeyReplays(t *testing.T) {
 	ctx := context.Background()
 	j := b.spawn(t, echoSpawn("chat-1", "x", 0, false))
 	r := "done"
-	_, err := b.m.settle(ctx, j, Outcome{Status: StatusCompleted, Result: &r})
+	_, err := b.m.follow.Settle(ctx, j, bgjobs.Outcome{Status: bgjobs.StatusCompleted, Result: &r})
 	require.NoError(t, err)
 
 	first, err := b.m.Drain(ctx, "alpha", "chat-1", "turn-7")
@@ -284,7 +285,7 @@ func TestAckSharesTheDrainFlip(t *testing.T) {
 	require.Equal(t, bgjobs.EConflict, bgjobs.ErrorCode(err), "a job that has not ended cannot be acked")
 
 	r := "done"
-	_, err = b.m.settle(ctx, j, Outcome{Status: StatusCompleted, Result: &r})
+	_, err = b.m.follow.Settle(ctx, j, bgjobs.Outcome{Status: bgjobs.StatusCompleted, Result: &r})
 	require.NoError(t, err)
 	flipped, err := b.m.Ack(ctx, "alpha", j.ID)
 	require.NoError(t, err)
@@ -306,14 +307,14 @@ func TestUnreadResultNeverExpires(t *testing.T) {
 	ctx := context.Background()
 	j := b.spawn(t, echoSpawn("chat-1", "x", 0, false))
 	r := "done"
-	_, err := b.m.settle(ctx, j, Outcome{Status: StatusCompleted, Result: &r})
+	_, err := b.m.follow.Settle(ctx, j, bgjobs.Outcome{Status: bgjobs.StatusCompleted, Result: &r})
 	require.NoError(t, err)
 
 	b.env.Mini.FastForward(90 * 24 * time.Hour)
 	ns := b.drain(t, "chat-1")
 	require.Len(t, ns, 1, "still delivered after 90 days unread")
 
-	ttl := b.env.Mini.TTL(b.m.k.job(Tag("alpha", "chat-1"), j.ID))
+	ttl := b.env.Mini.TTL(b.m.store.Keys().Job(bgjobs.Tag("alpha", "chat-1"), j.ID))
 	require.Equal(t, b.cfg.Retention, ttl, "retention applies once notified")
 	b.env.Mini.FastForward(b.cfg.Retention + time.Second)
 	_, err = b.m.Get(ctx, "alpha", j.ID)
@@ -327,7 +328,7 @@ func TestCancelQueuedJob(t *testing.T) {
 	j := b.spawn(t, echoSpawn("chat-1", "never", 0, false))
 	got, err := b.m.Cancel(ctx, "alpha", j.ID)
 	require.NoError(t, err)
-	require.Equal(t, StatusCancelled, got.Status)
+	require.Equal(t, bgjobs.StatusCancelled, got.Status)
 	_, err = b.m.Cancel(ctx, "alpha", j.ID)
 	require.Equal(t, bgjobs.EConflict, bgjobs.ErrorCode(err))
 
@@ -336,7 +337,7 @@ func TestCancelQueuedJob(t *testing.T) {
 	time.Sleep(300 * time.Millisecond)
 	got, err = b.m.Get(ctx, "alpha", j.ID)
 	require.NoError(t, err)
-	require.Equal(t, StatusCancelled, got.Status)
+	require.Equal(t, bgjobs.StatusCancelled, got.Status)
 	require.Equal(t, 0, got.Attempts, "a cancelled queued job never runs")
 	require.Nil(t, got.Result)
 
@@ -353,22 +354,22 @@ func TestCancelRunningJob(t *testing.T) {
 	b.startWorker(t)
 	ctx := context.Background()
 	j := b.spawn(t, echoSpawn("chat-1", "slow", 20000, false))
-	b.waitStatus(t, j.ID, StatusRunning, 10*time.Second)
+	b.waitStatus(t, j.ID, bgjobs.StatusRunning, 10*time.Second)
 
 	got, err := b.m.Cancel(ctx, "alpha", j.ID)
 	require.NoError(t, err)
-	require.Equal(t, StatusCancelled, got.Status)
+	require.Equal(t, bgjobs.StatusCancelled, got.Status)
 
 	// The handler stops and asynq lets the task go: it is not retried.
 	queue := b.m.Queue(QueueWork)
 	testenv.Eventually(t, 10*time.Second, "the task to leave the queue", func() bool {
-		info, err := b.m.insp.GetTaskInfo(queue, j.ID)
+		info, err := b.m.Inspector().GetTaskInfo(queue, j.ID)
 		return err != nil || (info.State != asynq.TaskStateActive && info.State != asynq.TaskStatePending)
 	})
 	time.Sleep(1500 * time.Millisecond)
 	got, err = b.m.Get(ctx, "alpha", j.ID)
 	require.NoError(t, err)
-	require.Equal(t, StatusCancelled, got.Status)
+	require.Equal(t, bgjobs.StatusCancelled, got.Status)
 	require.Equal(t, 1, got.Attempts, "not retried")
 
 	ns := b.drain(t, "chat-1")
@@ -385,29 +386,29 @@ func TestReconcileSettlesLostJobs(t *testing.T) {
 	archived := b.spawn(t, echoSpawn("chat-1", "archived", 0, false))
 	fine := b.spawn(t, echoSpawn("chat-1", "fine", 0, false))
 	queue := b.m.Queue(QueueWork)
-	require.NoError(t, b.m.insp.DeleteTask(queue, gone.ID))
-	require.NoError(t, b.m.insp.ArchiveTask(queue, archived.ID))
+	require.NoError(t, b.m.Inspector().DeleteTask(queue, gone.ID))
+	require.NoError(t, b.m.Inspector().ArchiveTask(queue, archived.ID))
 
 	n, err := b.m.Reconcile(ctx)
 	require.NoError(t, err)
 	require.Zero(t, n, "young jobs are left alone: their task may be a moment away")
 
-	later := time.Now().Add(2 * reconcileGrace)
+	later := time.Now().Add(2 * maintenance.ReconcileGrace)
 	b.now.Store(&later)
 	n, err = b.m.Reconcile(ctx)
 	require.NoError(t, err)
 	require.Equal(t, 2, n)
 	g, err := b.m.Get(ctx, "alpha", gone.ID)
 	require.NoError(t, err)
-	require.Equal(t, StatusFailed, g.Status)
+	require.Equal(t, bgjobs.StatusFailed, g.Status)
 	require.Contains(t, *g.Error, "task is gone")
 	a, err := b.m.Get(ctx, "alpha", archived.ID)
 	require.NoError(t, err)
-	require.Equal(t, StatusFailed, a.Status)
+	require.Equal(t, bgjobs.StatusFailed, a.Status)
 	require.Contains(t, *a.Error, "gave up")
 	f, err := b.m.Get(ctx, "alpha", fine.ID)
 	require.NoError(t, err)
-	require.Equal(t, StatusQueued, f.Status)
+	require.Equal(t, bgjobs.StatusQueued, f.Status)
 
 	n, err = b.m.Reconcile(ctx)
 	require.NoError(t, err)
@@ -423,7 +424,7 @@ type blockingTurns struct {
 	release       chan struct{}
 }
 
-func (bt *blockingTurns) RunTurn(ctx context.Context, t Turn) (string, error) {
+func (bt *blockingTurns) RunTurn(ctx context.Context, t bgjobs.Turn) (string, error) {
 	n := bt.running.Add(1)
 	defer bt.running.Add(-1)
 	for {
@@ -455,14 +456,14 @@ func TestTurnCapIsGlobal(t *testing.T) {
 	t.Cleanup(w2.Shutdown)
 
 	ctx := context.Background()
-	require.NoError(t, b.m.PutAgent(ctx, &Agent{Name: "alpha", A2AURL: "http://127.0.0.1:1/a2a"}))
+	require.NoError(t, b.m.PutAgent(ctx, &bgjobs.Agent{Name: "alpha", A2AURL: "http://127.0.0.1:1/a2a"}))
 	var ids []string
 	for i := range 5 {
-		j := b.spawn(t, SpawnRequest{Agent: "alpha", OriginSession: "chat-1", Kind: KindTurn, Description: "t", Prompt: fmt.Sprint(i)})
+		j := b.spawn(t, SpawnRequest{Agent: "alpha", OriginSession: "chat-1", Kind: bgjobs.KindTurn, Description: "t", Prompt: fmt.Sprint(i)})
 		ids = append(ids, j.ID)
 	}
-	count := func() map[Status]int {
-		c := map[Status]int{}
+	count := func() map[bgjobs.Status]int {
+		c := map[bgjobs.Status]int{}
 		for _, id := range ids {
 			j, err := b.m.Get(ctx, "alpha", id)
 			require.NoError(t, err)
@@ -470,11 +471,11 @@ func TestTurnCapIsGlobal(t *testing.T) {
 		}
 		return c
 	}
-	testenv.Eventually(t, 10*time.Second, "two turns running", func() bool { return count()[StatusRunning] == 2 })
+	testenv.Eventually(t, 10*time.Second, "two turns running", func() bool { return count()[bgjobs.StatusRunning] == 2 })
 	time.Sleep(500 * time.Millisecond)
-	require.Equal(t, map[Status]int{StatusRunning: 2, StatusQueued: 3}, count())
+	require.Equal(t, map[bgjobs.Status]int{bgjobs.StatusRunning: 2, bgjobs.StatusQueued: 3}, count())
 	close(bt.release)
-	testenv.Eventually(t, 20*time.Second, "all turns completed", func() bool { return count()[StatusCompleted] == 5 })
+	testenv.Eventually(t, 20*time.Second, "all turns completed", func() bool { return count()[bgjobs.StatusCompleted] == 5 })
 	require.LessOrEqual(t, bt.peak.Load(), int64(2))
 }
 
@@ -553,42 +554,36 @@ func TestCutReportEndsAtABoundary(t *testing.T) {
 	}
 }
 
-// Every transition is published on the agent's channel, in order.
+// Every transition is published on the agent's event stream, in order.
 func TestEventsArePublished(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	ctx := context.Background()
-	sub := b.m.Subscribe(ctx, "alpha")
-	defer sub.Close()
-	_, err := sub.Receive(ctx) // the subscription is live
-	require.NoError(t, err)
 	b.startWorker(t)
 	j := b.spawn(t, echoSpawn("chat-1", "hello", 0, false))
-	var got []Event
-	ch := sub.Channel()
-	timeout := time.After(10 * time.Second)
-	for len(got) < 3 {
-		select {
-		case msg := <-ch:
-			var e Event
-			require.NoError(t, json.Unmarshal([]byte(msg.Payload), &e))
+	var got []bgjobs.Event
+	after := map[string]string{"alpha": "0"}
+	testenv.Eventually(t, 10*time.Second, "three events", func() bool {
+		events, next, err := b.m.ReadEvents(ctx, after, 100*time.Millisecond)
+		require.NoError(t, err)
+		after = next
+		for _, se := range events {
+			var e bgjobs.Event
+			require.NoError(t, json.Unmarshal([]byte(se.Data), &e))
 			require.Equal(t, j.ID, e.JobID)
+			require.Equal(t, e.Type, se.Type)
 			got = append(got, e)
-		case <-timeout:
-			t.Fatalf("got %d events", len(got))
 		}
-	}
-	require.Equal(t, []string{EventStarted, EventRunning, EventCompleted}, []string{got[0].Type, got[1].Type, got[2].Type})
-	require.Equal(t, StatusCompleted, got[2].Status)
+		return len(got) >= 3
+	})
+	require.Equal(t, []string{bgjobs.EventStarted, bgjobs.EventRunning, bgjobs.EventCompleted}, []string{got[0].Type, got[1].Type, got[2].Type})
+	require.Equal(t, bgjobs.StatusCompleted, got[2].Status)
 	require.Equal(t, "hello", got[2].Result)
-	n, err := b.m.rdb.XLen(ctx, b.m.k.eventStream("alpha")).Result()
-	require.NoError(t, err)
-	require.Equal(t, int64(3), n, "and kept in the capped stream for reconnecting readers")
 }
 
 // A task asynq shows active with no live worker and no lease (asynq #1144:
 // its recoverer never re-queues it) settles failed once it has run longer
-// than lostActiveAfter; a job a live worker reports stays running.
+// than maintenance.LostActiveAfter; a job a live worker reports stays running.
 func TestReconcileSettlesActiveTaskWithNoWorker(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
@@ -601,38 +596,38 @@ func TestReconcileSettlesActiveTaskWithNoWorker(t *testing.T) {
 	require.NoError(t, rdb.LRem(ctx, "asynq:{"+queue+"}:pending", 0, lost.ID).Err())
 	require.NoError(t, rdb.LPush(ctx, "asynq:{"+queue+"}:active", lost.ID).Err())
 	require.NoError(t, rdb.HSet(ctx, "asynq:{"+queue+"}:t:"+lost.ID, "state", "active").Err())
-	code, _, _, err := b.m.store.start(ctx, Tag("alpha", "chat-1"), lost.ID, time.Now())
+	st, err := b.m.store.Start(ctx, bgjobs.Tag("alpha", "chat-1"), lost.ID, time.Now())
 	require.NoError(t, err)
-	require.EqualValues(t, 1, code)
+	require.False(t, st.Rerun)
 
 	working := b.spawn(t, echoSpawn("chat-1", "working", 60_000, false))
 	b.startWorker(t)
-	b.waitStatus(t, working.ID, StatusRunning, 10*time.Second)
+	b.waitStatus(t, working.ID, bgjobs.StatusRunning, 10*time.Second)
 	testenv.Eventually(t, 15*time.Second, "the worker's heartbeat to report the running task", func() bool {
-		live, err := b.m.liveTaskIDs()
+		live, err := b.m.eng.LiveTaskIDs()
 		return err == nil && live[working.ID] && !live[lost.ID]
 	})
 
 	n, err := b.m.Reconcile(ctx)
 	require.NoError(t, err)
-	require.Zero(t, n, "a task active for less than lostActiveAfter may still be recovered by asynq")
+	require.Zero(t, n, "a task active for less than maintenance.LostActiveAfter may still be recovered by asynq")
 
-	later := time.Now().Add(lostActiveAfter + reconcileGrace)
+	later := time.Now().Add(maintenance.LostActiveAfter + maintenance.ReconcileGrace)
 	b.now.Store(&later)
 	n, err = b.m.Reconcile(ctx)
 	require.NoError(t, err)
 	require.Equal(t, 1, n)
 	l, err := b.m.Get(ctx, "alpha", lost.ID)
 	require.NoError(t, err)
-	require.Equal(t, StatusFailed, l.Status)
+	require.Equal(t, bgjobs.StatusFailed, l.Status)
 	require.Contains(t, *l.Error, "no live worker")
 	w, err := b.m.Get(ctx, "alpha", working.ID)
 	require.NoError(t, err)
-	require.Equal(t, StatusRunning, w.Status, "a job a live worker reports is left alone")
+	require.Equal(t, bgjobs.StatusRunning, w.Status, "a job a live worker reports is left alone")
 
 	_, err = b.m.Cancel(ctx, "alpha", working.ID)
 	require.NoError(t, err)
-	b.waitStatus(t, working.ID, StatusCancelled, 10*time.Second)
+	b.waitStatus(t, working.ID, bgjobs.StatusCancelled, 10*time.Second)
 	ns := b.drain(t, "chat-1")
 	require.Len(t, ns, 2)
 }
@@ -644,30 +639,30 @@ func TestReconcileDropsIndexEntriesOfExpiredRows(t *testing.T) {
 	b := setup(t)
 	ctx := context.Background()
 	b.startWorker(t)
-	var read []*Job
+	var read []*bgjobs.Job
 	for i := range 3 {
 		read = append(read, b.spawn(t, echoSpawn("chat-1", fmt.Sprint("read ", i), 0, false)))
 	}
 	for _, j := range read {
-		b.waitStatus(t, j.ID, StatusCompleted, 10*time.Second)
+		b.waitStatus(t, j.ID, bgjobs.StatusCompleted, 10*time.Second)
 	}
 	ns := b.drain(t, "chat-1")
 	require.Len(t, ns, 3)
 	unread := b.spawn(t, echoSpawn("chat-1", "unread", 0, false))
-	b.waitStatus(t, unread.ID, StatusCompleted, 10*time.Second)
+	b.waitStatus(t, unread.ID, bgjobs.StatusCompleted, 10*time.Second)
 
 	// Two notified rows reach the end of their retention.
-	tag := Tag("alpha", "chat-1")
+	tag := bgjobs.Tag("alpha", "chat-1")
 	for _, j := range read[:2] {
-		require.NoError(t, b.env.RDB.Del(ctx, b.m.k.job(tag, j.ID)).Err())
+		require.NoError(t, b.env.RDB.Del(ctx, b.m.store.Keys().Job(tag, j.ID)).Err())
 	}
 	_, err := b.m.Reconcile(ctx)
 	require.NoError(t, err)
 
-	idx, err := b.env.RDB.HKeys(ctx, b.m.k.jobIndex()).Result()
+	idx, err := b.env.RDB.HKeys(ctx, b.m.store.Keys().JobIndex()).Result()
 	require.NoError(t, err)
 	require.ElementsMatch(t, []string{read[2].ID, unread.ID}, idx)
-	for _, key := range []string{b.m.k.sessionJobs(tag), b.m.k.agentJobs("alpha")} {
+	for _, key := range []string{b.m.store.Keys().SessionJobs(tag), b.m.store.Keys().AgentJobs("alpha")} {
 		ids, err := b.env.RDB.ZRange(ctx, key, 0, -1).Result()
 		require.NoError(t, err)
 		require.ElementsMatch(t, []string{read[2].ID, unread.ID}, ids, key)
@@ -690,7 +685,7 @@ func TestSpawnOnAClusterClient(t *testing.T) {
 	b := setupOn(t, env)
 	b.startWorker(t)
 	j := b.spawn(t, echoSpawn("chat-1", "over a cluster", 0, false))
-	b.waitStatus(t, j.ID, StatusCompleted, 10*time.Second)
+	b.waitStatus(t, j.ID, bgjobs.StatusCompleted, 10*time.Second)
 	ns := b.drain(t, "chat-1")
 	require.Len(t, ns, 1)
 	require.Contains(t, ns[0].Text, "<result>over a cluster</result>")

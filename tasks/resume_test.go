@@ -12,13 +12,14 @@ import (
 
 	"github.com/bgjobs/bgjobs"
 	"github.com/bgjobs/bgjobs/internal/testenv"
+	"github.com/bgjobs/bgjobs/tasks/internal/registry"
 	"github.com/bgjobs/bgjobs/search"
 )
 
 // sentResume is one resume a recordingResumer delivered.
 type sentResume struct {
 	Session, MessageID string
-	Meta               ResumeMeta
+	Meta               bgjobs.ResumeMeta
 	At                 time.Time
 }
 
@@ -29,7 +30,7 @@ type recordingResumer struct {
 	sent []sentResume
 }
 
-func (r *recordingResumer) SendResume(_ context.Context, _ *Agent, session, messageID string, meta ResumeMeta) error {
+func (r *recordingResumer) SendResume(_ context.Context, _ *bgjobs.Agent, session, messageID string, meta bgjobs.ResumeMeta) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.sent = append(r.sent, sentResume{Session: session, MessageID: messageID, Meta: meta, At: time.Now()})
@@ -42,7 +43,7 @@ func (r *recordingResumer) all() []sentResume {
 	return append([]sentResume(nil), r.sent...)
 }
 
-func withResumer(r Resumer) setupOpt {
+func withResumer(r bgjobs.Resumer) setupOpt {
 	return func(_ *bgjobs.Config, d *Deps) { d.Resumer = r }
 }
 
@@ -69,7 +70,7 @@ func (r *recordingResumer) listed() map[string]int {
 
 func (b *testBundle) registerAgent(t *testing.T, auto *bool) {
 	t.Helper()
-	require.NoError(t, b.m.PutAgent(context.Background(), &Agent{Name: "alpha", A2AURL: "http://127.0.0.1:1/a2a", AutoResume: auto}))
+	require.NoError(t, b.m.PutAgent(context.Background(), &bgjobs.Agent{Name: "alpha", A2AURL: "http://127.0.0.1:1/a2a", AutoResume: auto}))
 }
 
 func TestResumeOnCompletion(t *testing.T) {
@@ -83,8 +84,8 @@ func TestResumeOnCompletion(t *testing.T) {
 	require.Len(t, got, 1)
 	require.Equal(t, "chat-42", got[0].Session)
 	require.Equal(t, "resume-"+j.ID, got[0].MessageID)
-	require.Equal(t, ResumeMeta{Origin: "background", Kind: "background.resume", Trigger: j.ID, Jobs: []string{j.ID},
-		Counts: Counts{Completed: 1}}, got[0].Meta)
+	require.Equal(t, bgjobs.ResumeMeta{Origin: "background", Kind: "background.resume", Trigger: j.ID, Jobs: []string{j.ID},
+		Counts: bgjobs.Counts{Completed: 1}}, got[0].Meta)
 }
 
 func TestNoResumeWhereNoneIsDue(t *testing.T) {
@@ -111,10 +112,10 @@ func TestNoResumeWhereNoneIsDue(t *testing.T) {
 			req := echoSpawn(tc.session, "x", 0, false)
 			req.Incognito = tc.incognito
 			j := b.spawn(t, req)
-			b.waitStatus(t, j.ID, StatusCompleted, 10*time.Second)
+			b.waitStatus(t, j.ID, bgjobs.StatusCompleted, 10*time.Second)
 			time.Sleep(500 * time.Millisecond)
 			require.Empty(t, rr.all())
-			n, err := b.m.rdb.ZCard(context.Background(), b.m.k.outbox(Tag("alpha", tc.session))).Result()
+			n, err := b.env.RDB.ZCard(context.Background(), b.m.store.Keys().Outbox(bgjobs.Tag("alpha", tc.session))).Result()
 			require.NoError(t, err)
 			require.Zero(t, n, "the outbox entry was consumed, not left behind")
 		})
@@ -145,7 +146,7 @@ func TestBatchJoinsOnce(t *testing.T) {
 	got := rr.all()
 	require.Len(t, got, 1, "one resume for the batch, none per member")
 	require.Equal(t, "resume-"+res.BatchID, got[0].MessageID)
-	require.Equal(t, Counts{Completed: 6, Failed: 1}, got[0].Meta.Counts)
+	require.Equal(t, bgjobs.Counts{Completed: 6, Failed: 1}, got[0].Meta.Counts)
 	require.Equal(t, res.BatchID, *got[0].Meta.BatchID)
 	require.False(t, got[0].Meta.Partial)
 	require.Len(t, got[0].Meta.Jobs, 7)
@@ -154,13 +155,13 @@ func TestBatchJoinsOnce(t *testing.T) {
 	require.NoError(t, err)
 	require.True(t, bt.Joined)
 	require.Equal(t, 7, bt.Settled)
-	require.Equal(t, Counts{Completed: 6, Failed: 1}, bt.Counts)
+	require.Equal(t, bgjobs.Counts{Completed: 6, Failed: 1}, bt.Counts)
 
 	// Replaying a member's settle after the join fires nothing.
-	j, err := b.m.store.lookup(ctx, res.Jobs[0].ID)
+	j, err := b.m.store.Lookup(ctx, res.Jobs[0].ID)
 	require.NoError(t, err)
 	r := "again"
-	ok, err := b.m.settle(ctx, j, Outcome{Status: StatusCompleted, Result: &r})
+	ok, err := b.m.follow.Settle(ctx, j, bgjobs.Outcome{Status: bgjobs.StatusCompleted, Result: &r})
 	require.NoError(t, err)
 	require.False(t, ok)
 	time.Sleep(300 * time.Millisecond)
@@ -178,7 +179,7 @@ func TestBatchSkipsBadSpecs(t *testing.T) {
 	b := setup(t)
 	ctx := context.Background()
 	specs := batchSpecs(3, -1, func(int) int { return 0 })
-	specs[1].Work = &WorkSpec{Type: "teleport"}
+	specs[1].Work = &bgjobs.WorkSpec{Type: "teleport"}
 	res, err := b.m.SpawnBatch(ctx, "alpha", "chat-b", specs)
 	require.NoError(t, err)
 	require.Len(t, res.Jobs, 2)
@@ -190,7 +191,7 @@ func TestBatchSkipsBadSpecs(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, 2, bt.Size, "the size is what spawned")
 
-	_, err = b.m.SpawnBatch(ctx, "alpha", "chat-b", []SpawnRequest{{Kind: KindWork}})
+	_, err = b.m.SpawnBatch(ctx, "alpha", "chat-b", []SpawnRequest{{Kind: bgjobs.KindWork}})
 	require.Equal(t, bgjobs.EInvalid, bgjobs.ErrorCode(err))
 	_, err = b.m.SpawnBatch(ctx, "alpha", "chat-b", make([]SpawnRequest, BatchMax+1))
 	require.Equal(t, bgjobs.ETooLarge, bgjobs.ErrorCode(err))
@@ -221,7 +222,7 @@ func TestStragglerForcesPartialJoin(t *testing.T) {
 	require.Less(t, took, 5*time.Second, "about the 2 s timeout (asynq's timer check adds up to ~1 s)")
 	require.Equal(t, "resume-"+res.BatchID, partial.MessageID)
 	require.True(t, partial.Meta.Partial)
-	require.Equal(t, Counts{Completed: 3}, partial.Meta.Counts)
+	require.Equal(t, bgjobs.Counts{Completed: 3}, partial.Meta.Counts)
 
 	ns := b.drain(t, "chat-s")
 	require.Len(t, ns, 3)
@@ -247,8 +248,8 @@ func TestBusySessionFoldsResumes(t *testing.T) {
 	require.NoError(t, b.m.Busy(ctx, "alpha", "chat-1", time.Minute))
 	j1 := b.spawn(t, echoSpawn("chat-1", "a", 0, false))
 	j2 := b.spawn(t, echoSpawn("chat-1", "b", 0, false))
-	b.waitStatus(t, j1.ID, StatusCompleted, 10*time.Second)
-	b.waitStatus(t, j2.ID, StatusCompleted, 10*time.Second)
+	b.waitStatus(t, j1.ID, bgjobs.StatusCompleted, 10*time.Second)
+	b.waitStatus(t, j2.ID, bgjobs.StatusCompleted, 10*time.Second)
 	time.Sleep(500 * time.Millisecond)
 	require.Empty(t, rr.all(), "no resume while busy")
 
@@ -258,7 +259,7 @@ func TestBusySessionFoldsResumes(t *testing.T) {
 	got := rr.all()
 	require.Len(t, got, 1)
 	require.ElementsMatch(t, []string{j1.ID, j2.ID}, got[0].Meta.Jobs)
-	require.Equal(t, Counts{Completed: 2}, got[0].Meta.Counts)
+	require.Equal(t, bgjobs.Counts{Completed: 2}, got[0].Meta.Counts)
 
 	// A second idle has nothing held: nothing fires.
 	require.NoError(t, b.m.Idle(ctx, "alpha", "chat-1"))
@@ -273,7 +274,7 @@ func TestBusyLeaseLapseSendsOne(t *testing.T) {
 	ctx := context.Background()
 	require.NoError(t, b.m.Busy(ctx, "alpha", "chat-1", 2*time.Second))
 	j := b.spawn(t, echoSpawn("chat-1", "a", 0, false))
-	b.waitStatus(t, j.ID, StatusCompleted, 10*time.Second)
+	b.waitStatus(t, j.ID, bgjobs.StatusCompleted, 10*time.Second)
 	time.Sleep(300 * time.Millisecond)
 	require.Empty(t, rr.all())
 	// No client call: the lease lapses and its timer sends the nudge.
@@ -297,7 +298,7 @@ func TestHeldThroughHoursOfBusyIsDeliveredOnce(t *testing.T) {
 
 	require.NoError(t, b.m.Busy(ctx, "alpha", "chat-h", time.Hour))
 	j := b.spawn(t, echoSpawn("chat-h", "unread", 0, false))
-	b.waitStatus(t, j.ID, StatusCompleted, 10*time.Second)
+	b.waitStatus(t, j.ID, bgjobs.StatusCompleted, 10*time.Second)
 	time.Sleep(300 * time.Millisecond)
 	// Five hours pass; the agent keeps renewing its lease, turn after turn.
 	for h := 1; h <= 5; h++ {
@@ -325,12 +326,13 @@ func TestOutboxSurvivesACrashAfterSettle(t *testing.T) {
 	ctx := context.Background()
 	j := b.spawn(t, echoSpawn("chat-c", "x", 0, false))
 	r := "done"
-	ok, _, err := b.m.store.settle(ctx, Tag("alpha", "chat-c"), j.ID, Outcome{Status: StatusCompleted, Result: &r}, time.Now(), true)
+	_, err := b.m.store.Settle(ctx, registry.Settlement{Tag: bgjobs.Tag("alpha", "chat-c"), ID: j.ID,
+		Outcome: bgjobs.Outcome{Status: bgjobs.StatusCompleted, Result: &r}, Now: time.Now(), Announce: true})
 	require.NoError(t, err)
-	require.True(t, ok)
 	b.startWorker(t) // its reconciler sweeps outboxes at start
 	testenv.Eventually(t, 10*time.Second, "the resume", func() bool { return len(rr.all()) == 1 })
-	require.NoError(t, b.m.PumpAll(ctx))
+	_, err = b.m.Reconcile(ctx)
+	require.NoError(t, err)
 	time.Sleep(500 * time.Millisecond)
 	require.Len(t, rr.all(), 1)
 	require.Equal(t, "resume-"+j.ID, rr.all()[0].MessageID)
@@ -349,7 +351,7 @@ func TestResumeStormGuard(t *testing.T) {
 		maxResumes int
 	}{
 		{desc: "guard on", window: 250 * time.Millisecond, minResumes: 1, maxResumes: 3},
-		{desc: "guard off", window: 0, minResumes: 50, maxResumes: 50},
+		{desc: "guard off", window: -1, minResumes: 50, maxResumes: 50},
 	} {
 		t.Run(tc.desc, func(t *testing.T) {
 			t.Parallel()
@@ -411,21 +413,21 @@ func TestStormGateAnswersARepeatTheSame(t *testing.T) {
 	t.Parallel()
 	b, rr := setupResuming(t, func(c *bgjobs.Config, _ *Deps) { c.ResumeCoalesce = 300 * time.Millisecond })
 	ctx := context.Background()
-	tag := Tag("alpha", "chat-rep")
-	var entries []string
+	tag := bgjobs.Tag("alpha", "chat-rep")
+	var entries []registry.Entry
 	for _, text := range []string{"lead", "merged"} {
 		j := b.spawn(t, echoSpawn("chat-rep", text, 0, false))
 		r := text
-		ok, es, err := b.m.store.settle(ctx, tag, j.ID, Outcome{Status: StatusCompleted, Result: &r}, time.Now(), true)
+		es, err := b.m.store.Settle(ctx, registry.Settlement{Tag: tag, ID: j.ID,
+			Outcome: bgjobs.Outcome{Status: bgjobs.StatusCompleted, Result: &r}, Now: time.Now(), Announce: true})
 		require.NoError(t, err)
-		require.True(t, ok)
 		entries = append(entries, es...)
 	}
 	require.Len(t, entries, 2)
 	b.startWorker(t)
 	for range 2 {
 		for _, e := range entries {
-			require.NoError(t, b.m.follow(ctx, tag, e, time.Now().UnixMilli()))
+			require.NoError(t, b.m.follow.PumpEntry(ctx, tag, e))
 		}
 	}
 	testenv.Eventually(t, 10*time.Second, "the leading and the merged nudge", func() bool { return len(rr.all()) == 2 })
@@ -442,7 +444,7 @@ func TestStormGateAnswersARepeatTheSame(t *testing.T) {
 // longTurns answers every turn with a report too long to hand over whole.
 type longTurns struct{}
 
-func (longTurns) RunTurn(_ context.Context, t Turn) (string, error) {
+func (longTurns) RunTurn(_ context.Context, t bgjobs.Turn) (string, error) {
 	return strings.Repeat("finding "+t.JobID+" ", 600), nil
 }
 
@@ -453,17 +455,17 @@ func TestBatchJoinWaitsForLongReportsToBeIndexed(t *testing.T) {
 	t.Parallel()
 	b, rr := setupResuming(t, func(_ *bgjobs.Config, d *Deps) { d.Turns = longTurns{} })
 	ctx := context.Background()
-	require.NoError(t, b.env.RDB.Set(ctx, b.m.k.indexerAlive(), "1", time.Minute).Err())
+	require.NoError(t, b.env.RDB.Set(ctx, b.m.store.Keys().IndexerAlive(), "1", time.Minute).Err())
 	specs := []SpawnRequest{
-		{Kind: KindTurn, Description: "one", Prompt: "look into one"},
-		{Kind: KindTurn, Description: "two", Prompt: "look into two"},
+		{Kind: bgjobs.KindTurn, Description: "one", Prompt: "look into one"},
+		{Kind: bgjobs.KindTurn, Description: "two", Prompt: "look into two"},
 	}
 	res, err := b.m.SpawnBatch(ctx, "alpha", "chat-bi", specs)
 	require.NoError(t, err)
 	require.Len(t, res.Jobs, 2)
 	b.startWorker(t)
 	for _, j := range res.Jobs {
-		b.waitStatus(t, j.ID, StatusCompleted, 10*time.Second)
+		b.waitStatus(t, j.ID, bgjobs.StatusCompleted, 10*time.Second)
 	}
 	testenv.Eventually(t, 5*time.Second, "the batch to join", func() bool {
 		bt, err := b.m.GetBatch(ctx, "alpha", res.BatchID)
@@ -475,7 +477,7 @@ func TestBatchJoinWaitsForLongReportsToBeIndexed(t *testing.T) {
 	require.Empty(t, ns, "the drain holds them back too")
 
 	// The indexer catches up with the first report: still waiting on the second.
-	doc := func(j BatchMember) search.Doc {
+	doc := func(j bgjobs.BatchMember) search.Doc {
 		return search.Doc{SourceType: search.SourceReport, JobID: j.ID, Agent: "alpha", Session: "chat-bi"}
 	}
 	b.m.MarkIndexed(ctx, []search.Doc{doc(res.Jobs[0])})
@@ -491,7 +493,7 @@ func TestBatchJoinWaitsForLongReportsToBeIndexed(t *testing.T) {
 // fixedTurns answers every turn with the same report.
 type fixedTurns string
 
-func (f fixedTurns) RunTurn(context.Context, Turn) (string, error) { return string(f), nil }
+func (f fixedTurns) RunTurn(context.Context, bgjobs.Turn) (string, error) { return string(f), nil }
 
 // The drain holds back a report only when it will be cut (more characters
 // than the cap, not more bytes): 1,500 two-byte characters under a cap of
@@ -509,10 +511,10 @@ func TestDrainHoldsOnlyReportsThatWillBeCut(t *testing.T) {
 			b := setup(t, func(c *bgjobs.Config, d *Deps) { c.SummaryChars = 2000; d.Turns = fixedTurns(report) })
 			b.registerAgent(t, nil)
 			ctx := context.Background()
-			require.NoError(t, b.env.RDB.Set(ctx, b.m.k.indexerAlive(), "1", time.Minute).Err())
+			require.NoError(t, b.env.RDB.Set(ctx, b.m.store.Keys().IndexerAlive(), "1", time.Minute).Err())
 			b.startWorker(t)
-			j := b.spawn(t, SpawnRequest{Agent: "alpha", OriginSession: "chat-u", Kind: KindTurn, Description: "cyrillic", Prompt: "go"})
-			b.waitStatus(t, j.ID, StatusCompleted, 10*time.Second)
+			j := b.spawn(t, SpawnRequest{Agent: "alpha", OriginSession: "chat-u", Kind: bgjobs.KindTurn, Description: "cyrillic", Prompt: "go"})
+			b.waitStatus(t, j.ID, bgjobs.StatusCompleted, 10*time.Second)
 			ns := b.drain(t, "chat-u")
 			if tc.held {
 				require.Empty(t, ns, "held until searchable")

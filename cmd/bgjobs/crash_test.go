@@ -86,13 +86,13 @@ func TestKillNineWorkerLosesNothing(t *testing.T) {
 	var ids []string
 	args, _ := json.Marshal(tasks.EchoArgs{Text: "survived", DelayMS: 4000})
 	for range n {
-		j, _, err := m.Spawn(ctx, tasks.SpawnRequest{Agent: "alpha", OriginSession: "chat-k", Kind: tasks.KindWork,
-			Description: "slow echo", Work: &tasks.WorkSpec{Type: "echo", Args: args}})
+		j, _, err := m.Spawn(ctx, tasks.SpawnRequest{Agent: "alpha", OriginSession: "chat-k", Kind: bgjobs.KindWork,
+			Description: "slow echo", Work: &bgjobs.WorkSpec{Type: "echo", Args: args}})
 		require.NoError(t, err)
 		ids = append(ids, j.ID)
 	}
-	statuses := func() map[tasks.Status]int {
-		c := map[tasks.Status]int{}
+	statuses := func() map[bgjobs.Status]int {
+		c := map[bgjobs.Status]int{}
 		for _, id := range ids {
 			j, err := m.Get(ctx, "alpha", id)
 			if err != nil {
@@ -103,18 +103,18 @@ func TestKillNineWorkerLosesNothing(t *testing.T) {
 		}
 		return c
 	}
-	testenv.Eventually(t, 30*time.Second, "all 50 running", func() bool { return statuses()[tasks.StatusRunning] == n })
+	testenv.Eventually(t, 30*time.Second, "all 50 running", func() bool { return statuses()[bgjobs.StatusRunning] == n })
 
 	require.NoError(t, first.Process.Kill())
 	_ = first.Wait()
 	srv.Kill()
 	srv = testenv.RestartRedisServer(t, srv)
-	require.Equal(t, map[tasks.Status]int{tasks.StatusRunning: n}, statuses(), "state survived the Redis restart")
+	require.Equal(t, map[bgjobs.Status]int{bgjobs.StatusRunning: n}, statuses(), "state survived the Redis restart")
 
 	startWorker(t, srv.URL(), out)
 	testenv.Eventually(t, 170*time.Second, "every job terminal", func() bool {
 		c := statuses()
-		return c[tasks.StatusCompleted]+c[tasks.StatusFailed]+c[tasks.StatusCancelled] == n
+		return c[bgjobs.StatusCompleted]+c[bgjobs.StatusFailed]+c[bgjobs.StatusCancelled] == n
 	})
 
 	// Several drainers at once: each job reaches exactly one of them.
@@ -143,7 +143,7 @@ func TestKillNineWorkerLosesNothing(t *testing.T) {
 	for _, id := range ids {
 		j, err := m.Get(ctx, "alpha", id)
 		require.NoError(t, err)
-		require.Equal(t, tasks.StatusCompleted, j.Status, "%s: %v", id, j.Error)
+		require.Equal(t, bgjobs.StatusCompleted, j.Status, "%s: %v", id, j.Error)
 		require.Equal(t, "survived", *j.Result)
 		require.GreaterOrEqual(t, j.Attempts, 2, "it ran again after the crash")
 	}
@@ -178,7 +178,7 @@ func TestBatchJoinsSurviveAKilledWorker(t *testing.T) {
 			early = append(early, bid)
 		}
 	}
-	require.NoError(t, m.PutAgent(ctx, &tasks.Agent{Name: "alpha", Resume: tasks.ResumeWebhook, WebhookURL: url, WebhookSecret: "k"}))
+	require.NoError(t, m.PutAgent(ctx, &bgjobs.Agent{Name: "alpha", Resume: bgjobs.ResumeWebhook, WebhookURL: url, WebhookSecret: "k"}))
 
 	out := &lockedBuffer{}
 	workers := []*exec.Cmd{startWorker(t, srv.URL(), out), startWorker(t, srv.URL(), out), startWorker(t, srv.URL(), out)}
@@ -187,7 +187,7 @@ func TestBatchJoinsSurviveAKilledWorker(t *testing.T) {
 		specs := make([]tasks.SpawnRequest, 10)
 		for i := range specs {
 			args, _ := json.Marshal(tasks.EchoArgs{Text: "m", DelayMS: 500 + (b*10+i)%7*400})
-			specs[i] = tasks.SpawnRequest{Kind: tasks.KindWork, Description: "member", Work: &tasks.WorkSpec{Type: "echo", Args: args}}
+			specs[i] = tasks.SpawnRequest{Kind: bgjobs.KindWork, Description: "member", Work: &bgjobs.WorkSpec{Type: "echo", Args: args}}
 		}
 		res, err := m.SpawnBatch(ctx, "alpha", "chat-fan", specs)
 		require.NoError(t, err)
@@ -241,20 +241,20 @@ func TestResumeSurvivesAKilledWorker(t *testing.T) {
 	ctx := context.Background()
 	hook, url := startWebhook(t, "k")
 	hook.setStatus(http.StatusServiceUnavailable)
-	require.NoError(t, m.PutAgent(ctx, &tasks.Agent{Name: "alpha", Resume: tasks.ResumeWebhook, WebhookURL: url, WebhookSecret: "k"}))
+	require.NoError(t, m.PutAgent(ctx, &bgjobs.Agent{Name: "alpha", Resume: bgjobs.ResumeWebhook, WebhookURL: url, WebhookSecret: "k"}))
 	out := &lockedBuffer{}
 	w := startWorker(t, srv.URL(), out)
 	var ids []string
 	for range 5 {
-		j, _, err := m.Spawn(ctx, tasks.SpawnRequest{Agent: "alpha", OriginSession: "chat-r", Kind: tasks.KindWork,
-			Description: "x", Work: &tasks.WorkSpec{Type: "echo", Args: json.RawMessage(`{"text":"x"}`)}})
+		j, _, err := m.Spawn(ctx, tasks.SpawnRequest{Agent: "alpha", OriginSession: "chat-r", Kind: bgjobs.KindWork,
+			Description: "x", Work: &bgjobs.WorkSpec{Type: "echo", Args: json.RawMessage(`{"text":"x"}`)}})
 		require.NoError(t, err)
 		ids = append(ids, j.ID)
 	}
 	testenv.Eventually(t, 10*time.Second, "all settled", func() bool {
 		for _, id := range ids {
 			j, err := m.Get(ctx, "alpha", id)
-			if err != nil || j.Status != tasks.StatusCompleted {
+			if err != nil || j.Status != bgjobs.StatusCompleted {
 				return false
 			}
 		}

@@ -43,10 +43,10 @@ func (o *opsEnv) flags(cmd *cobra.Command) *cobra.Command {
 	return cmd
 }
 
-func (o *opsEnv) printJobs(jobs []*tasks.Job) error {
+func (o *opsEnv) printJobs(jobs []*bgjobs.Job) error {
 	if o.asJSON {
 		if jobs == nil {
-			jobs = []*tasks.Job{}
+			jobs = []*bgjobs.Job{}
 		}
 		return json.NewEncoder(o.stdout).Encode(jobs)
 	}
@@ -140,12 +140,12 @@ func retryCmd(ctx context.Context, getenv func(string) string, stdout io.Writer)
 					return err
 				}
 				for _, j := range jobs {
-					if j.Status == tasks.StatusFailed || j.Status == tasks.StatusCancelled || (force && j.Status == tasks.StatusCompleted) {
+					if j.Status == bgjobs.StatusFailed || j.Status == bgjobs.StatusCancelled || (force && j.Status == bgjobs.StatusCompleted) {
 						ids = append(ids, j.ID)
 					}
 				}
 			}
-			var out []*tasks.Job
+			var out []*bgjobs.Job
 			for _, id := range ids {
 				if dry {
 					j, err := m.Lookup(ctx, id)

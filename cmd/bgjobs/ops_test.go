@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"github.com/bgjobs/bgjobs"
 	"strings"
 	"testing"
 	"time"
@@ -31,13 +32,13 @@ func TestRetryAndPurgeFromTheCLI(t *testing.T) {
 	t.Cleanup(w.Shutdown)
 	ctx := context.Background()
 	spawn := func(args string) string {
-		j, _, err := m.Spawn(ctx, tasks.SpawnRequest{Agent: "default", OriginSession: "chat-o", Kind: tasks.KindWork,
-			Description: "d", Work: &tasks.WorkSpec{Type: "echo", Args: json.RawMessage(args)}})
+		j, _, err := m.Spawn(ctx, tasks.SpawnRequest{Agent: "default", OriginSession: "chat-o", Kind: bgjobs.KindWork,
+			Description: "d", Work: &bgjobs.WorkSpec{Type: "echo", Args: json.RawMessage(args)}})
 		require.NoError(t, err)
 		return j.ID
 	}
-	waitFor := func(id string, st tasks.Status) *tasks.Job {
-		var j *tasks.Job
+	waitFor := func(id string, st bgjobs.Status) *bgjobs.Job {
+		var j *bgjobs.Job
 		testenv.Eventually(t, 10*time.Second, id+" "+string(st), func() bool {
 			var err error
 			j, err = m.Get(ctx, "default", id)
@@ -48,8 +49,8 @@ func TestRetryAndPurgeFromTheCLI(t *testing.T) {
 	}
 	failed := spawn(`{"text":"boom","fail":true}`)
 	done := spawn(`{"text":"fine"}`)
-	waitFor(failed, tasks.StatusFailed)
-	waitFor(done, tasks.StatusCompleted)
+	waitFor(failed, bgjobs.StatusFailed)
+	waitFor(done, bgjobs.StatusCompleted)
 	ns, err := m.Drain(ctx, "default", "chat-o", "")
 	require.NoError(t, err)
 	require.Len(t, ns, 2)
@@ -61,7 +62,7 @@ func TestRetryAndPurgeFromTheCLI(t *testing.T) {
 	out, err = cli(t, srv.URL(), "retry", failed)
 	require.NoError(t, err, out)
 	require.Contains(t, out, failed)
-	j := waitFor(failed, tasks.StatusFailed)
+	j := waitFor(failed, bgjobs.StatusFailed)
 	require.Equal(t, 2, j.Attempts, "it ran exactly once more")
 	require.Equal(t, 1, j.Generation)
 	ns, err = m.Drain(ctx, "default", "chat-o", "")
@@ -74,7 +75,7 @@ func TestRetryAndPurgeFromTheCLI(t *testing.T) {
 
 	// An undrained job is never purged; a dry run changes nothing.
 	undrained := spawn(`{"text":"unread"}`)
-	waitFor(undrained, tasks.StatusCompleted)
+	waitFor(undrained, bgjobs.StatusCompleted)
 	out, err = cli(t, srv.URL(), "purge", "--dry-run")
 	require.NoError(t, err, out)
 	require.Contains(t, out, "would purge 2 job(s)")

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"github.com/bgjobs/bgjobs"
 	"regexp"
 	"testing"
 	"time"
@@ -9,7 +10,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/bgjobs/bgjobs/internal/testenv"
-	"github.com/bgjobs/bgjobs/tasks"
 )
 
 // serveOn runs `serve` against url until stop is called; stop waits for run
@@ -75,17 +75,17 @@ func TestGracefulShutdown(t *testing.T) {
 	require.Less(t, time.Since(start), 8*time.Second, "bounded by the shutdown timeout")
 	j, err := m.Get(ctx, "default", short)
 	require.NoError(t, err)
-	require.Equal(t, tasks.StatusCompleted, j.Status, "the short job finished before the process stopped")
+	require.Equal(t, bgjobs.StatusCompleted, j.Status, "the short job finished before the process stopped")
 	j, err = m.Get(ctx, "default", long)
 	require.NoError(t, err)
-	require.Equal(t, tasks.StatusQueued, j.Status, "the long job was handed back, not lost or failed")
+	require.Equal(t, bgjobs.StatusQueued, j.Status, "the long job was handed back, not lost or failed")
 
 	// Another process picks it up again.
 	serveOn(t, srv.URL(), nil)
 	testenv.Eventually(t, 60*time.Second, "the long job to run again", func() bool {
 		j, err := m.Get(ctx, "default", long)
 		require.NoError(t, err)
-		return j.Status == tasks.StatusRunning && j.Attempts == 2
+		return j.Status == bgjobs.StatusRunning && j.Attempts == 2
 	})
 }
 

@@ -64,7 +64,7 @@ func Run(ctx context.Context, o Options, out io.Writer) error {
 	}
 	defer closeRedis()
 	o.Rounds = max(o.Rounds, 1)
-	split := tasks.FetchSplit(o.Concurrency)
+	split := tasks.FetchSplit(o.Concurrency, bgjobs.MaxFetchLoopsDefault)
 	fmt.Fprintf(out, "bgjobs bench: %d no-op jobs per phase, worker concurrency %d, %d HTTP clients, poll %s, median of %d rounds, redis %s\n",
 		o.Jobs, o.Concurrency, o.Clients, o.Poll, o.Rounds, where)
 

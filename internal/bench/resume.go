@@ -129,10 +129,10 @@ func Resume(ctx context.Context, o Options, out io.Writer) error {
 	fmt.Fprintf(out, "\nresume latency (completion → resume received), %d jobs each, one at a time, redis %s\n", o.Samples, where)
 	for _, target := range []struct {
 		name  string
-		agent *tasks.Agent
+		agent *bgjobs.Agent
 	}{
-		{"A2A agent", &tasks.Agent{Name: "a2a", A2AURL: a2aURL}},
-		{"webhook", &tasks.Agent{Name: "hook", Resume: tasks.ResumeWebhook, WebhookURL: hookURL, WebhookSecret: "k"}},
+		{"A2A agent", &bgjobs.Agent{Name: "a2a", A2AURL: a2aURL}},
+		{"webhook", &bgjobs.Agent{Name: "hook", Resume: bgjobs.ResumeWebhook, WebhookURL: hookURL, WebhookSecret: "k"}},
 	} {
 		if err := m.PutAgent(ctx, target.agent); err != nil {
 			return err
@@ -161,8 +161,8 @@ func percentile(ds []time.Duration, p float64) time.Duration {
 func resumeLatencies(ctx context.Context, m *tasks.Manager, agent string, arr *arrivals, n int) ([]time.Duration, error) {
 	var lat []time.Duration
 	for i := range n {
-		j, _, err := m.Spawn(ctx, tasks.SpawnRequest{Agent: agent, OriginSession: fmt.Sprintf("lat-%d", i), Kind: tasks.KindWork,
-			Description: "lat", Work: &tasks.WorkSpec{Type: "echo", Args: json.RawMessage(`{"text":"x"}`)}})
+		j, _, err := m.Spawn(ctx, tasks.SpawnRequest{Agent: agent, OriginSession: fmt.Sprintf("lat-%d", i), Kind: bgjobs.KindWork,
+			Description: "lat", Work: &bgjobs.WorkSpec{Type: "echo", Args: json.RawMessage(`{"text":"x"}`)}})
 		if err != nil {
 			return nil, err
 		}
@@ -223,7 +223,7 @@ func fanOutJoin(ctx context.Context, m *tasks.Manager, api string, arr *arrivals
 	if resp.StatusCode != http.StatusAccepted {
 		return fmt.Errorf("batch: %d %s", resp.StatusCode, raw)
 	}
-	var res tasks.BatchResult
+	var res bgjobs.BatchResult
 	if err := json.Unmarshal(raw, &res); err != nil {
 		return err
 	}

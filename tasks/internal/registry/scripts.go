@@ -1,4 +1,4 @@
-package tasks
+package registry
 
 import "github.com/redis/go-redis/v9"
 
@@ -50,13 +50,13 @@ return 1
 // entry in the session's pending set (unless it was already delivered, for
 // example to a caller that waited for it, in which case retention starts).
 // In the same step it records what must follow in the session's outbox, so
-// a crash between two Redis calls loses no resume and no join:
+// a crash between two Redis calls loses no resume and no join (outbox.go
+// names each entry kind, who records it and who carries it out):
 //
 //	r|<job id>    announce this job (a plain job, or a member settling after its batch joined)
 //	j|<batch id>  the batch joined: this settle brought settled == size and won the claim
 //	s|<batch id>  the batch's first member settled: arm its straggler timer
-//	i|<job id>    a turn's report, to be appended to the reports stream (not
-//	              for incognito jobs or background:* sessions)
+//	i|<job id>    a turn's report, to be appended to the reports stream
 //	w|<job id>    like r|, but a caller is waiting for this job (wait_ms) until
 //	              the row's wait_until: the waiter takes the result and the
 //	              entry is dropped, or it lets go and the entry becomes r|
@@ -75,10 +75,14 @@ return 1
 // ARGV[6] -> now (ms)
 // ARGV[7] -> retention (s), applied when the job was already notified
 // ARGV[8] -> session key prefix, "<ns>:{<tag>}:", for the batch's keys
-// ARGV[9] -> "1" if this job may be announced on its own (its agent takes
+// ARGV[9] -> "1" if this job may be announced on its own (the wake policy
 //
-//	resumes, its origin is not a background worker, it is not
-//	incognito); "0" records no r| entry
+//	says its session may be woken); "0" records no r| entry
+//
+// ARGV[10] -> "1" to record i| (a report to index: the caller decided)
+// ARGV[11] -> "1" if the drain must hold this report until it is indexed
+//
+//	(row field hold_index)
 //
 // Returns {1, entries...} if this call settled the job (the outbox members
 // it recorded), {0} if it was already terminal (a no-op), {-1} if there is
@@ -100,14 +104,12 @@ local function record(entry)
   redis.call('ZADD', KEYS[3], ARGV[6], entry)
   out[#out + 1] = entry
 end
-local row = redis.call('HMGET', KEYS[1], 'kind', 'incognito', 'origin_session', 'batch_id', 'wait_until')
+local row = redis.call('HMGET', KEYS[1], 'batch_id', 'wait_until')
 local announce = 'r|'
-if row[5] and tonumber(row[5]) > tonumber(ARGV[6]) then announce = 'w|' end
-if ARGV[1] == 'completed' and ARGV[2] == '1' and row[1] == 'turn' and row[2] ~= '1'
-   and string.sub(row[3], 1, 11) ~= 'background:' then
-  record('i|' .. id)
-end
-local bid = row[4]
+if row[2] and tonumber(row[2]) > tonumber(ARGV[6]) then announce = 'w|' end
+if ARGV[11] == '1' then redis.call('HSET', KEYS[1], 'hold_index', '1') end
+if ARGV[10] == '1' then record('i|' .. id) end
+local bid = row[1]
 if not bid or bid == '' then
   if ARGV[9] == '1' then record(announce .. id) end
   return out
@@ -211,10 +213,11 @@ var drainFields = []string{fID, fStatus, fDescription, fKind, fHasResult, fResul
 // completion first, and marks each notified in the same step: the
 // exactly-once flip. With an idempotency key, the ids handed over are kept
 // for ARGV[3] seconds and a repeat returns the same rows without flipping
-// anything new. With ARGV[6] = "1", a turn report too long to hand over
-// whole stays pending until it is searchable (its notification then points
-// at memory_recall), but never longer than the grace: after that it goes
-// out whole rather than wait on an index that is not running.
+// anything new. With ARGV[6] = "1", a report the settle marked hold_index
+// (it will be cut, with a pointer to memory_recall) stays pending until it
+// is searchable, but never longer than the grace: after that it goes out
+// whole rather than wait on an index that is not running. A job a caller
+// still waits for (wait_ms) stays pending too.
 //
 // KEYS[1] -> session pending zset
 // KEYS[2] -> drain idempotency key (unused when ARGV[2] is "0")
@@ -223,18 +226,12 @@ var drainFields = []string{fID, fStatus, fDescription, fKind, fHasResult, fResul
 // ARGV[3] -> idempotency TTL (s)
 // ARGV[4] -> retention (s) of a notified row
 // ARGV[5] -> now (ms)
-// ARGV[6] -> "1" to hold long turn reports until they are indexed
-// ARGV[7] -> the length (characters) past which a turn report is cut
-// ARGV[8] -> grace cutoff (ms): reports completed before it are not held
-// ARGV[9..] -> row fields to return (drainFields)
+// ARGV[6] -> "1" to hold hold_index reports until they are indexed
+// ARGV[7] -> grace cutoff (ms): reports completed before it are not held
+// ARGV[8..] -> row fields to return (drainFields)
 //
 // Returns one array per job: the requested fields, in order.
 var drainCmd = redis.NewScript(luaTerminal + `
--- characters of UTF-8 text: every byte that does not continue a sequence
-local function chars(s)
-  local _, n = string.gsub(s, '[^\128-\191]', '')
-  return n
-end
 local ids
 local repeated = false
 if ARGV[2] == '1' then
@@ -249,16 +246,13 @@ if not repeated then
   for _, id in ipairs(redis.call('ZRANGE', KEYS[1], 0, -1)) do
     local k = ARGV[1] .. id
     local held = false
+    local f = redis.call('HMGET', k, 'hold_index', 'report_indexed', 'completed_at', 'wait_until', 'status')
     if ARGV[6] == '1' then
-      local f = redis.call('HMGET', k, 'kind', 'has_result', 'report_indexed', 'incognito', 'completed_at', 'status')
-      held = f[1] == 'turn' and f[2] == '1' and f[3] ~= '1' and f[4] ~= '1' and f[6] == 'completed'
-        and tonumber(f[5] or '0') > tonumber(ARGV[8]) and redis.call('HSTRLEN', k, 'result') > tonumber(ARGV[7])
-        and chars(redis.call('HGET', k, 'result')) > tonumber(ARGV[7])
+      held = f[1] == '1' and f[2] ~= '1' and tonumber(f[3] or '0') > tonumber(ARGV[7])
     end
-    local wait = redis.call('HGET', k, 'wait_until')
-    if wait and tonumber(wait) > tonumber(ARGV[5]) then held = true end
+    if f[4] and tonumber(f[4]) > tonumber(ARGV[5]) then held = true end
     if not held then redis.call('ZREM', KEYS[1], id) end
-    local st = redis.call('HGET', k, 'status')
+    local st = f[5]
     if not held and st and terminal(st) and redis.call('HGET', k, 'notified') ~= '1' then
       redis.call('HSET', k, 'notified', '1', 'notified_at', ARGV[5])
       redis.call('EXPIRE', k, ARGV[4])
@@ -274,7 +268,7 @@ if not repeated then
 end
 local out = {}
 for _, id in ipairs(ids) do
-  local row = redis.call('HMGET', ARGV[1] .. id, unpack(ARGV, 9))
+  local row = redis.call('HMGET', ARGV[1] .. id, unpack(ARGV, 8))
   if row[1] then out[#out + 1] = row end
 end
 return out
@@ -356,7 +350,7 @@ if st == 'completed' and ARGV[1] ~= '1' then return -3 end
 local id = redis.call('HGET', KEYS[1], 'id')
 redis.call('HSET', KEYS[1], 'status', 'queued', 'notified', '0', 'has_result', '0', 'result', '',
   'has_error', '0', 'error', '', 'report_indexed', '0')
-redis.call('HDEL', KEYS[1], 'completed_at', 'started_at', 'notified_at')
+redis.call('HDEL', KEYS[1], 'completed_at', 'started_at', 'notified_at', 'hold_index')
 redis.call('HINCRBY', KEYS[1], 'generation', 1)
 redis.call('PERSIST', KEYS[1])
 redis.call('ZREM', KEYS[2], id)
@@ -491,4 +485,33 @@ return 1
 var releaseLockCmd = redis.NewScript(`
 if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
 return redis.call('DEL', KEYS[1])
+`)
+
+// renewTurnCmd extends a held slot of the global turn cap; a slot that
+// lapsed meanwhile is not taken back.
+//
+// KEYS[1] -> turn semaphore zset
+// ARGV[1] -> job id
+// ARGV[2] -> new lease expiry (ms)
+//
+// Returns 1 if renewed, 0 if the slot had lapsed.
+var renewTurnCmd = redis.NewScript(`
+if not redis.call('ZSCORE', KEYS[1], ARGV[1]) then return 0 end
+redis.call('ZADD', KEYS[1], ARGV[2], ARGV[1])
+return 1
+`)
+
+// leaseCmd takes or keeps a named lease: free, or already this holder's,
+// it is (re)set for ARGV[2] ms.
+//
+// KEYS[1] -> lease key
+// ARGV[1] -> holder token
+// ARGV[2] -> lease length (ms)
+//
+// Returns 1 if the caller holds the lease now, 0 if another does.
+var leaseCmd = redis.NewScript(`
+local cur = redis.call('GET', KEYS[1])
+if cur and cur ~= ARGV[1] then return 0 end
+redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+return 1
 `)

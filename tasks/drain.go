@@ -1,38 +1,59 @@
 package tasks
 
 import (
+	"context"
 	"fmt"
 	"strings"
 	"unicode"
 	"unicode/utf8"
+
+	"github.com/bgjobs/bgjobs"
+	"github.com/bgjobs/bgjobs/metrics"
+	"github.com/bgjobs/bgjobs/tasks/internal/registry"
 )
 
-// Notification is one finished job handed to the origin's model by a drain.
-type Notification struct {
-	JobID       string  `json:"job_id"`
-	Status      string  `json:"status"`
-	Description string  `json:"description"`
-	BatchID     *string `json:"batch_id"`
-	Truncated   bool    `json:"truncated"`
-	Text        string  `json:"text"`
+// Drain hands over every ended, unnotified job of the session, oldest
+// completion first, each exactly once. A repeat with the same idempotency
+// key within 10 minutes returns the same notifications.
+func (m *Manager) Drain(ctx context.Context, agent, session, idemKey string) ([]bgjobs.Notification, error) {
+	if err := bgjobs.CheckSession("session", session); err != nil {
+		return nil, err
+	}
+	now := m.now()
+	rows, err := m.store.Drain(ctx, bgjobs.Tag(agent, session), idemKey, now, m.follow.DrainHold(ctx, now))
+	if err != nil {
+		return nil, err
+	}
+	metrics.DrainSize.Observe(float64(len(rows)))
+	out := make([]bgjobs.Notification, len(rows))
+	for i, r := range rows {
+		// A turn report is cut, with a pointer to memory_recall, only once
+		// it is searchable: a pointer must never point at nothing.
+		cut := 0
+		if r.ReportIndexed {
+			cut = m.cfg.SummaryChars
+		}
+		out[i] = notification(r, cut)
+	}
+	return out, nil
 }
 
 // notification renders a drained row in the <task-notification> format of
 // API.md. cut caps a turn report (0: deliver whole); work deliverables are
 // always whole, since background versus foreground is a transport choice,
 // not a content policy.
-func notification(r drainRow, cut int) Notification {
-	n := Notification{JobID: r.ID, Status: r.Status, Description: r.Description, BatchID: r.BatchID}
+func notification(r registry.DrainRow, cut int) bgjobs.Notification {
+	n := bgjobs.Notification{JobID: r.ID, Status: r.Status, Description: r.Description, BatchID: r.BatchID}
 	var b strings.Builder
 	b.WriteString("<task-notification>\n")
 	fmt.Fprintf(&b, "<task-id>%s</task-id>\n", r.ID)
 	fmt.Fprintf(&b, "<status>%s</status>\n", r.Status)
 	fmt.Fprintf(&b, "<summary>%s</summary>\n", summary(r))
 	switch {
-	case r.Status == string(StatusCompleted) && r.Result != nil:
+	case r.Status == string(bgjobs.StatusCompleted) && r.Result != nil:
 		body := *r.Result
 		total := utf8.RuneCountInString(body)
-		if Kind(r.Kind) == KindTurn && cut > 0 && total > cut {
+		if bgjobs.Kind(r.Kind) == bgjobs.KindTurn && cut > 0 && total > cut {
 			body = CutReport(body, cut)
 			n.Truncated = true
 		}
@@ -50,15 +71,15 @@ func notification(r drainRow, cut int) Notification {
 	return n
 }
 
-func summary(r drainRow) string {
+func summary(r registry.DrainRow) string {
 	what := "Background agent"
-	if Kind(r.Kind) == KindWork {
+	if bgjobs.Kind(r.Kind) == bgjobs.KindWork {
 		what = "Background job"
 	}
 	verb := map[string]string{
-		string(StatusCompleted): "completed",
-		string(StatusFailed):    "failed",
-		string(StatusCancelled): "was cancelled",
+		string(bgjobs.StatusCompleted): "completed",
+		string(bgjobs.StatusFailed):    "failed",
+		string(bgjobs.StatusCancelled): "was cancelled",
 	}[r.Status]
 	return fmt.Sprintf("%s %q %s.", what, r.Description, verb)
 }

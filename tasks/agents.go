@@ -1,0 +1,100 @@
+package tasks
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"strings"
+
+	"github.com/bgjobs/bgjobs"
+)
+
+// PutAgent stores where bgjobs reaches an agent.
+func (m *Manager) PutAgent(ctx context.Context, a *bgjobs.Agent) error {
+	if err := bgjobs.CheckAgentName("name", a.Name); err != nil {
+		return err
+	}
+	if a.Resume == "" {
+		a.Resume = bgjobs.ResumeNone
+		if a.A2AURL != "" {
+			a.Resume = bgjobs.ResumeA2A
+		}
+	}
+	switch a.Resume {
+	case bgjobs.ResumeA2A:
+		if a.A2AURL == "" {
+			return bgjobs.FieldError("a2a_url", "resume a2a needs a2a_url")
+		}
+	case bgjobs.ResumeWebhook:
+		if a.WebhookURL == "" {
+			return bgjobs.FieldError("webhook_url", "resume webhook needs webhook_url")
+		}
+		if a.WebhookSecret == "" {
+			return bgjobs.FieldError("webhook_secret", "resume webhook needs webhook_secret to sign with")
+		}
+	case bgjobs.ResumeNone:
+	default:
+		return bgjobs.FieldError("resume", "want a2a, webhook or none, got %q", a.Resume)
+	}
+	for _, u := range []struct{ field, url string }{{"a2a_url", a.A2AURL}, {"webhook_url", a.WebhookURL}} {
+		if u.url != "" && !strings.HasPrefix(u.url, "http://") && !strings.HasPrefix(u.url, "https://") {
+			return bgjobs.FieldError(u.field, "want an http:// or https:// URL")
+		}
+	}
+	for name := range a.SubagentTypes {
+		if name == "" || len(name) > 64 {
+			return bgjobs.FieldError("subagent_types", "subagent type names are 1–64 characters")
+		}
+	}
+	if err := m.store.PutAgent(ctx, a); err != nil {
+		return err
+	}
+	m.follow.ForgetAgent(a.Name)
+	return nil
+}
+
+// GetAgent returns an agent's configuration, or not_found.
+func (m *Manager) GetAgent(ctx context.Context, name string) (*bgjobs.Agent, error) {
+	if err := bgjobs.CheckAgentName("name", name); err != nil {
+		return nil, err
+	}
+	a, err := m.store.GetAgent(ctx, name)
+	if err != nil {
+		return nil, err
+	}
+	if a == nil {
+		return nil, bgjobs.Errorf(bgjobs.ENotFound, "no agent %s", name)
+	}
+	return a, nil
+}
+
+// CreateKey makes a new key for agent, stores its digest and returns the
+// key: the only time it is ever shown.
+func (m *Manager) CreateKey(ctx context.Context, agent string) (string, error) {
+	if err := bgjobs.CheckAgentName("agent", agent); err != nil {
+		return "", err
+	}
+	var b [24]byte
+	_, _ = rand.Read(b[:])
+	key := "bgj_" + hex.EncodeToString(b[:])
+	if err := m.store.StoreKey(ctx, agent, key); err != nil {
+		return "", err
+	}
+	return key, nil
+}
+
+// RevokeKeys removes every stored key of agent and reports how many.
+func (m *Manager) RevokeKeys(ctx context.Context, agent string) (int, error) {
+	return m.store.RevokeKeys(ctx, agent)
+}
+
+// AgentOfKey returns the agent a stored key belongs to, or "".
+func (m *Manager) AgentOfKey(ctx context.Context, key string) (string, error) {
+	return m.store.AgentOfKey(ctx, key)
+}
+
+// StoredKeyCount is how many keys are stored; a server with any requires
+// keys even when none are configured in its environment.
+func (m *Manager) StoredKeyCount(ctx context.Context) (int64, error) {
+	return m.store.KeyCount(ctx)
+}

@@ -1,0 +1,68 @@
+// Package followup carries out what must follow a job's end: the settle
+// itself (settle.go), the outbox pump with one function per entry kind
+// (pump.go), resume delivery (resume.go), the busy lease that holds nudges
+// (busy.go), the batch straggler and lease-lapse timers (timers.go), and
+// the resume storm guard (storm.go). Each rule about who may be woken and
+// what waits for the index is decided once, in policy.go.
+package followup
+
+import (
+	"context"
+	"log/slog"
+	"time"
+
+	"github.com/bgjobs/bgjobs"
+	"github.com/bgjobs/bgjobs/tasks/internal/engine"
+	"github.com/bgjobs/bgjobs/tasks/internal/registry"
+)
+
+// Config is the part of the service configuration follow-ups read.
+type Config struct {
+	// NoAutoResume turns push-resume off for every agent.
+	NoAutoResume bool
+	// ResumeCoalesce is the storm guard's window; zero or less turns it off.
+	ResumeCoalesce time.Duration
+	// BatchJoinTimeout is the straggler timeout of a batch join.
+	BatchJoinTimeout time.Duration
+	// SummaryChars is where the drain cuts a turn report.
+	SummaryChars int
+}
+
+// Deps are what follow-ups run with.
+type Deps struct {
+	Store  *registry.Store
+	Engine *engine.Engine
+	// Resumer sends resumes; nil in a process that cannot (it then leaves
+	// them queued for one that can).
+	Resumer bgjobs.Resumer
+	Now     func() time.Time
+	Log     *slog.Logger
+}
+
+// Followups settles jobs and carries out their follow-ups.
+type Followups struct {
+	cfg     Config
+	store   *registry.Store
+	eng     *engine.Engine
+	resumer bgjobs.Resumer
+	now     func() time.Time
+	log     *slog.Logger
+	agents  *agentCache
+	alive   aliveCache
+	storm   *stormTimers
+}
+
+// New returns follow-ups; Start runs their timers.
+func New(cfg Config, d Deps) *Followups {
+	f := &Followups{cfg: cfg, store: d.Store, eng: d.Engine, resumer: d.Resumer, now: d.Now, log: d.Log}
+	f.agents = &agentCache{store: d.Store, ttl: 2 * time.Second, items: map[string]agentCacheItem{}}
+	f.storm = &stormTimers{f: f}
+	return f
+}
+
+// Start arms the storm guard's timers (they are armed as windows open).
+func (f *Followups) Start(ctx context.Context) error { return f.storm.Start(ctx) }
+
+// Stop stops the storm guard's timers and flushes their windows now, so a
+// graceful stop leaves nothing to the sweep.
+func (f *Followups) Stop() { f.storm.Stop() }

@@ -1,0 +1,191 @@
+// Package maintenance runs bgjobs' periodic sweeps on one elected process
+// at a time: the reconciler that settles jobs their engine lost, the outbox
+// and storm sweeps that re-drive follow-ups a crash left behind, and the
+// index walk that drops entries of expired rows. Every sweep is safe to run
+// anywhere and twice (settles are compare-and-set, pumps are idempotent);
+// the election only keeps a fleet from repeating the same work.
+package maintenance
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/bgjobs/bgjobs"
+	"github.com/bgjobs/bgjobs/tasks/internal/engine"
+	"github.com/bgjobs/bgjobs/tasks/internal/followup"
+	"github.com/bgjobs/bgjobs/tasks/internal/registry"
+)
+
+const (
+	// ReconcileGrace skips jobs younger than this: their task may be a
+	// moment away from being enqueued.
+	ReconcileGrace = time.Minute
+	// LostActiveAfter is how long a task may sit active in asynq with no
+	// live worker reporting it before the job is declared lost. asynq's
+	// own recoverer re-queues an expired lease within about 90 s; past
+	// this it never will (asynq #1144, a lease entry gone missing).
+	LostActiveAfter = 5 * time.Minute
+	// The index walk: each sweep reads indexPages HSCAN pages of
+	// indexPageSize, so a full cycle over a million retained jobs takes a
+	// few hours of sweeps, at a few round trips each.
+	indexPages    = 4
+	indexPageSize = 500
+	// leaseName is the maintenance lease in Redis.
+	leaseName = "maintenance"
+)
+
+// Deps are what the sweeps run with.
+type Deps struct {
+	Store     *registry.Store
+	Engine    *engine.Engine
+	Followups *followup.Followups
+	// Interval between sweeps.
+	Interval time.Duration
+	Now      func() time.Time
+	Log      *slog.Logger
+}
+
+// Maintainer runs the sweeps every Interval while it holds the
+// maintenance lease; Start and Stop bound its loop.
+type Maintainer struct {
+	Deps
+	holder string
+	stop   context.CancelFunc
+	wg     sync.WaitGroup
+}
+
+// New returns a maintainer; Start runs it.
+func New(d Deps) *Maintainer {
+	var b [8]byte
+	_, _ = rand.Read(b[:])
+	return &Maintainer{Deps: d, holder: hex.EncodeToString(b[:])}
+}
+
+// Start sweeps now (if elected) and then every interval until Stop.
+func (m *Maintainer) Start(ctx context.Context) error {
+	ctx, m.stop = context.WithCancel(ctx)
+	m.wg.Go(func() {
+		tick := time.NewTicker(m.Interval)
+		defer tick.Stop()
+		for {
+			m.tick(ctx)
+			select {
+			case <-ctx.Done():
+				return
+			case <-tick.C:
+			}
+		}
+	})
+	return nil
+}
+
+// Stop ends the loop, waits for a sweep in progress, and hands the lease
+// on.
+func (m *Maintainer) Stop() {
+	if m.stop == nil {
+		return
+	}
+	m.stop()
+	m.wg.Wait()
+	m.Store.ReleaseLease(context.Background(), leaseName, m.holder)
+}
+
+// Leader reports whether this maintainer holds (or now takes) the lease.
+// The lease outlives two intervals, so a dead leader is replaced within
+// about that.
+func (m *Maintainer) Leader(ctx context.Context) bool {
+	ok, err := m.Store.HoldLease(ctx, leaseName, m.holder, 2*m.Interval+time.Second)
+	if err != nil && ctx.Err() == nil {
+		m.Log.Warn("maintenance lease", slog.Any("err", err))
+	}
+	return ok
+}
+
+func (m *Maintainer) tick(ctx context.Context) {
+	if !m.Leader(ctx) {
+		return
+	}
+	if n, err := m.Sweep(ctx); err != nil && ctx.Err() == nil {
+		m.Log.Warn("reconcile", slog.Any("err", err))
+	} else if n > 0 {
+		m.Log.Info("reconcile settled lost jobs", slog.Int("count", n))
+	}
+}
+
+// Sweep runs every sweep once, elected or not, and returns how many lost
+// jobs it settled.
+func (m *Maintainer) Sweep(ctx context.Context) (int, error) {
+	if err := m.Followups.SweepStorms(ctx); err != nil {
+		m.Log.Warn("storm sweep", slog.Any("err", err))
+	}
+	if err := m.Followups.SweepOutboxes(ctx); err != nil {
+		m.Log.Warn("outbox sweep", slog.Any("err", err))
+	}
+	if _, err := m.Store.SweepIndex(ctx, indexPages, indexPageSize); err != nil && ctx.Err() == nil {
+		m.Log.Warn("index sweep", slog.Any("err", err))
+	}
+	return m.reconcile(ctx)
+}
+
+// reconcile settles jobs whose engine lost them: a row that is not
+// terminal while its asynq task is gone (deleted, purged), archived after
+// its last retry, or active with no live worker for long ends failed with
+// the reason, so nothing stays queued or running forever.
+func (m *Maintainer) reconcile(ctx context.Context) (int, error) {
+	ids, err := m.Store.ActiveBefore(ctx, m.Now().Add(-ReconcileGrace))
+	if err != nil || len(ids) == 0 {
+		return 0, err
+	}
+	live, err := m.Engine.LiveTaskIDs()
+	if err != nil {
+		return 0, err
+	}
+	settled := 0
+	for _, id := range ids {
+		if ctx.Err() != nil {
+			return settled, ctx.Err()
+		}
+		j, err := m.Store.Lookup(ctx, id)
+		if err != nil {
+			return settled, err
+		}
+		if j == nil || j.Status.Terminal() {
+			_ = m.Store.DropActive(ctx, id)
+			continue
+		}
+		reason := m.lostReason(j, live)
+		if reason == "" {
+			continue
+		}
+		ok, err := m.Followups.Settle(ctx, j, bgjobs.Outcome{Status: bgjobs.StatusFailed, Error: &reason})
+		if err != nil {
+			return settled, err
+		}
+		if ok {
+			settled++
+			m.Log.Warn("job lost by its engine; settled failed", slog.String("job_id", id), slog.String("reason", reason))
+		}
+	}
+	return settled, nil
+}
+
+// lostReason says why j can never end on its own, or "" if it still can.
+func (m *Maintainer) lostReason(j *bgjobs.Job, live map[string]bool) string {
+	st, err := m.Engine.StateOf(j)
+	switch {
+	case err != nil:
+		return "" // cannot tell now; the next sweep will
+	case st.Gone:
+		return "its queued task is gone (deleted or purged from the queue); it will not run"
+	case st.Archived:
+		return fmt.Sprintf("gave up after %d attempts: %s", st.Retried+1, st.LastErr)
+	case st.Active && !live[j.ID] && j.StartedAt != nil && m.Now().Sub(*j.StartedAt) > LostActiveAfter:
+		return "its worker lost the task (active with no live worker)"
+	}
+	return ""
+}

@@ -1,0 +1,152 @@
+package registry
+
+import (
+	"context"
+	"errors"
+	"strconv"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/bgjobs/bgjobs"
+)
+
+// ActiveBefore lists jobs not yet terminal that were created (or retried)
+// before cutoff: the reconciler's to-do list.
+func (s *Store) ActiveBefore(ctx context.Context, cutoff time.Time) ([]string, error) {
+	ids, err := s.rdb.ZRangeByScore(ctx, s.k.active(), &redis.ZRangeBy{Min: "-inf", Max: ms(cutoff)}).Result()
+	return ids, unavailable("read active jobs", err)
+}
+
+// DropActive takes a job off the reconciler's list.
+func (s *Store) DropActive(ctx context.Context, id string) error {
+	return unavailable("active jobs", s.rdb.ZRem(ctx, s.k.active(), id).Err())
+}
+
+// SweepIndex walks on through the job index from where the last sweep
+// stopped, up to pages HSCAN pages of count, and drops the entries whose
+// row is gone (expired after notification) from the index and from the
+// session's and agent's job lists. It returns how many it dropped.
+func (s *Store) SweepIndex(ctx context.Context, pages int, count int64) (int, error) {
+	cursor, err := s.rdb.Get(ctx, s.k.jobIndexCursor()).Uint64()
+	if err != nil && !errors.Is(err, redis.Nil) {
+		return 0, err
+	}
+	dropped := 0
+	for range pages {
+		kv, next, err := s.rdb.HScan(ctx, s.k.JobIndex(), cursor, "", count).Result()
+		if err != nil {
+			return dropped, err
+		}
+		n, err := s.dropStale(ctx, kv)
+		dropped += n
+		if err != nil {
+			return dropped, err
+		}
+		cursor = next
+		if cursor == 0 {
+			break // a full cycle; the next sweep starts over
+		}
+	}
+	return dropped, s.rdb.Set(ctx, s.k.jobIndexCursor(), cursor, 0).Err()
+}
+
+// dropStale removes the entries among kv (id, tag, id, tag …) whose row no
+// longer exists. A row is written before its index entry and ids are never
+// reused, so a missing row stays missing.
+func (s *Store) dropStale(ctx context.Context, kv []string) (int, error) {
+	exists := make([]*redis.IntCmd, 0, len(kv)/2)
+	if _, err := s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for i := 0; i+1 < len(kv); i += 2 {
+			exists = append(exists, p.Exists(ctx, s.k.Job(kv[i+1], kv[i])))
+		}
+		return nil
+	}); err != nil {
+		return 0, err
+	}
+	dropped := 0
+	_, err := s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for i, e := range exists {
+			if e.Err() != nil || e.Val() != 0 {
+				continue
+			}
+			id, tag := kv[2*i], kv[2*i+1]
+			agent, _ := bgjobs.SplitTag(tag)
+			p.HDel(ctx, s.k.JobIndex(), id)
+			p.ZRem(ctx, s.k.SessionJobs(tag), id)
+			p.ZRem(ctx, s.k.AgentJobs(agent), id)
+			dropped++
+		}
+		return nil
+	})
+	return dropped, err
+}
+
+// HoldLease takes or keeps the named lease for holder, for ttl (leaseCmd).
+// It reports whether holder has it now.
+func (s *Store) HoldLease(ctx context.Context, name, holder string, ttl time.Duration) (bool, error) {
+	n, err := s.w.Script(ctx, leaseCmd, []string{s.k.lease(name)}, holder, ttl.Milliseconds()).Int()
+	return n == 1, unavailable("lease", err)
+}
+
+// ReleaseLease frees the named lease if holder has it.
+func (s *Store) ReleaseLease(ctx context.Context, name, holder string) {
+	_ = s.w.Script(ctx, releaseLockCmd, []string{s.k.lease(name)}, holder).Err()
+}
+
+// AcquireTurn takes (or renews) a slot of the global turn cap for a job,
+// dropping lapsed slots first (acquireTurnCmd). It reports whether the
+// job holds a slot.
+func (s *Store) AcquireTurn(ctx context.Context, id string, now time.Time, lease time.Duration, limit int) (bool, error) {
+	n, err := acquireTurnCmd.Run(ctx, s.rdb, []string{s.k.turnSem()}, id, now.UnixMilli(), now.Add(lease).UnixMilli(), limit).Int()
+	return n == 1, err
+}
+
+// RenewTurn extends a job's held slot to expiry.
+func (s *Store) RenewTurn(ctx context.Context, id string, expiry time.Time) error {
+	return renewTurnCmd.Run(ctx, s.rdb, []string{s.k.turnSem()}, id, expiry.UnixMilli()).Err()
+}
+
+// ReleaseTurn frees a job's slot.
+func (s *Store) ReleaseTurn(ctx context.Context, id string) {
+	s.rdb.ZRem(ctx, s.k.turnSem(), id)
+}
+
+// ListPage reads up to count ids of a job list (agent or session), newest
+// first, with scores at most max ("+inf" or ms).
+func (s *Store) ListPage(ctx context.Context, key, max string, count int64) ([]ScoredID, error) {
+	zs, err := s.rdb.ZRevRangeByScoreWithScores(ctx, key, &redis.ZRangeBy{Max: max, Min: "-inf", Count: count}).Result()
+	if err != nil {
+		return nil, unavailable("list jobs", err)
+	}
+	out := make([]ScoredID, len(zs))
+	for i, z := range zs {
+		id, _ := z.Member.(string)
+		out[i] = ScoredID{ID: id, Score: strconv.FormatInt(int64(z.Score), 10)}
+	}
+	return out, nil
+}
+
+// ScoredID is a job list member: its id and score (ms, as text).
+type ScoredID struct{ ID, Score string }
+
+// Unlist drops an id from a job list (its row expired).
+func (s *Store) Unlist(key, id string) {
+	s.later(func(ctx context.Context, p redis.Pipeliner) { p.ZRem(ctx, key, id) })
+}
+
+// AgentsWithJobs lists the agents that have a job list.
+func (s *Store) AgentsWithJobs(ctx context.Context) ([]string, error) {
+	var out []string
+	iter := s.rdb.Scan(ctx, 0, s.k.agentJobsPattern(), 200).Iterator()
+	for iter.Next(ctx) {
+		out = append(out, s.k.agentOfKey(iter.Val(), "agent:", ":jobs"))
+	}
+	return out, unavailable("list agents", iter.Err())
+}
+
+// AgentJobsBefore lists an agent's job ids created before cutoff.
+func (s *Store) AgentJobsBefore(ctx context.Context, agent string, cutoff time.Time) ([]string, error) {
+	ids, err := s.rdb.ZRangeByScore(ctx, s.k.AgentJobs(agent), &redis.ZRangeBy{Min: "-inf", Max: ms(cutoff)}).Result()
+	return ids, unavailable("list jobs", err)
+}

@@ -1,0 +1,115 @@
+package registry
+
+import (
+	"encoding/json"
+	"strconv"
+	"time"
+
+	"github.com/bgjobs/bgjobs"
+)
+
+// Row field names in the job hash. One list so the scripts, the reads and
+// the writes agree.
+const (
+	fID, fAgent, fSession, fKind        = "id", "agent", "origin_session", "kind"
+	fSubagent, fDescription, fPrompt    = "subagent_type", "description", "prompt"
+	fWorkType, fWorkArgs, fStatus       = "work_type", "work_args", "status"
+	fResult, fError, fNotified          = "result", "error", "notified"
+	fBatch, fIncognito, fAttempts       = "batch_id", "incognito", "attempts"
+	fCreated, fStarted, fCompleted      = "created_at", "started_at", "completed_at"
+	fReportIndexed, fHasResult, fHasErr = "report_indexed", "has_result", "has_error"
+	fGeneration, fWaitUntil, fProgress  = "generation", "wait_until", "progress"
+	fHoldIndex                          = "hold_index"
+)
+
+// rowFields is a new job's hash.
+func rowFields(j *bgjobs.Job) map[string]any {
+	fields := map[string]any{
+		fID: j.ID, fAgent: j.Agent, fSession: j.OriginSession, fKind: string(j.Kind),
+		fSubagent: j.SubagentType, fDescription: j.Description, fPrompt: j.Prompt,
+		fWorkType: j.WorkType, fWorkArgs: string(j.WorkArgs), fStatus: string(bgjobs.StatusQueued),
+		fNotified: "0", fIncognito: boolStr(j.Incognito), fAttempts: "0",
+		fCreated: ms(j.CreatedAt),
+	}
+	if j.BatchID != nil {
+		fields[fBatch] = *j.BatchID
+	}
+	if !j.WaitUntil.IsZero() {
+		fields[fWaitUntil] = ms(j.WaitUntil)
+	}
+	return fields
+}
+
+// jobFromHash turns a job hash into a Job. Times are unix milliseconds.
+func jobFromHash(h map[string]string) *bgjobs.Job {
+	j := &bgjobs.Job{
+		ID:            h[fID],
+		Agent:         h[fAgent],
+		OriginSession: h[fSession],
+		Kind:          bgjobs.Kind(h[fKind]),
+		SubagentType:  h[fSubagent],
+		Description:   h[fDescription],
+		Prompt:        h[fPrompt],
+		WorkType:      h[fWorkType],
+		Status:        bgjobs.Status(h[fStatus]),
+		Notified:      h[fNotified] == "1",
+		Incognito:     h[fIncognito] == "1",
+		ReportIndexed: h[fReportIndexed] == "1",
+		HoldForIndex:  h[fHoldIndex] == "1",
+		Progress:      h[fProgress],
+	}
+	if a := h[fWorkArgs]; a != "" {
+		j.WorkArgs = json.RawMessage(a)
+	}
+	if h[fHasResult] == "1" {
+		r := h[fResult]
+		j.Result = &r
+	}
+	if h[fHasErr] == "1" {
+		e := h[fError]
+		j.Error = &e
+	}
+	if b := h[fBatch]; b != "" {
+		j.BatchID = &b
+	}
+	j.Attempts, _ = strconv.Atoi(h[fAttempts])
+	j.Generation, _ = strconv.Atoi(h[fGeneration])
+	if s := h[fWaitUntil]; s != "" {
+		j.WaitUntil = msTime(s)
+	}
+	j.CreatedAt = msTime(h[fCreated])
+	if s := h[fStarted]; s != "" {
+		t := msTime(s)
+		j.StartedAt = &t
+	}
+	if s := h[fCompleted]; s != "" {
+		t := msTime(s)
+		j.CompletedAt = &t
+	}
+	return j
+}
+
+// flatHash reads an HGETALL reply returned from a script.
+func flatHash(flat []any) map[string]string {
+	h := make(map[string]string, len(flat)/2)
+	for i := 0; i+1 < len(flat); i += 2 {
+		k, _ := flat[i].(string)
+		v, _ := flat[i+1].(string)
+		h[k] = v
+	}
+	return h
+}
+
+func msTime(s string) time.Time {
+	n, _ := strconv.ParseInt(s, 10, 64)
+	return time.UnixMilli(n).UTC()
+}
+
+func ms(t time.Time) string { return strconv.FormatInt(t.UnixMilli(), 10) }
+
+func boolStr(b bool) string {
+	if b {
+		return "1"
+	}
+	return "0"
+}

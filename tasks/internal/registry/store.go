@@ -1,0 +1,373 @@
+// Package registry owns bgjobs' Redis data: every key (keys.go), every Lua
+// script (scripts.go) and every command on those keys. Script outcomes
+// become typed errors here, once (errors.go). Nothing else in the project
+// touches bgjobs' keys.
+//
+// Commands take one of two write paths, both through the process's
+// pipeline.Writer:
+//
+//   - waited (Store.Do, scripts): the caller gets the reply; the command
+//     shares a round trip with whatever else is in flight. State changes
+//     take this path.
+//   - follow-up (Store.later): fire and forget, in order; events, progress
+//     lines and bookkeeping the reconciler would repair. Losing them in a
+//     crash is harmless by construction.
+//
+// Reads that scan (sweeps, purge) go straight to the client.
+package registry
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/bgjobs/bgjobs"
+	"github.com/bgjobs/bgjobs/internal/pipeline"
+)
+
+// Store is the Redis registry: job rows, session sets and the indexes that
+// find them.
+type Store struct {
+	rdb       redis.UniversalClient
+	w         *pipeline.Writer
+	k         Keys
+	retention time.Duration
+}
+
+// New returns a registry in namespace ns on rdb, writing through w.
+// retention is how long a row is kept once notified.
+func New(rdb redis.UniversalClient, w *pipeline.Writer, ns string, retention time.Duration) *Store {
+	return &Store{rdb: rdb, w: w, k: Keys{NS: ns}, retention: retention}
+}
+
+// Keys returns the store's key builder (tests and docs read keys through it).
+func (s *Store) Keys() Keys { return s.k }
+
+// Ping checks that Redis answers.
+func (s *Store) Ping(ctx context.Context) error { return s.rdb.Ping(ctx).Err() }
+
+// do runs queued commands on the waited path.
+func (s *Store) do(ctx context.Context, queue pipeline.Op) error { return s.w.Do(ctx, queue) }
+
+// later queues commands on the follow-up path.
+func (s *Store) later(op pipeline.Op) { s.w.Add(op) }
+
+// queueCreate adds the writes of a new row to p.
+func (s *Store) queueCreate(ctx context.Context, p redis.Pipeliner, j *bgjobs.Job) []redis.Cmder {
+	tag := bgjobs.Tag(j.Agent, j.OriginSession)
+	score := float64(j.CreatedAt.UnixMilli())
+	return []redis.Cmder{
+		p.HSet(ctx, s.k.Job(tag, j.ID), rowFields(j)),
+		p.ZAdd(ctx, s.k.SessionJobs(tag), redis.Z{Score: score, Member: j.ID}),
+		p.ZAdd(ctx, s.k.AgentJobs(j.Agent), redis.Z{Score: score, Member: j.ID}),
+		p.HSet(ctx, s.k.JobIndex(), j.ID, tag),
+		p.ZAdd(ctx, s.k.active(), redis.Z{Score: score, Member: j.ID}),
+	}
+}
+
+// WithRow returns a context under which the next asynq script call (the
+// job's enqueue) carries j's new row just ahead of it: one round trip for
+// both, the row first. Lead.Err reports whether the row was written.
+func (s *Store) WithRow(ctx context.Context, j *bgjobs.Job) (context.Context, *pipeline.Lead) {
+	return pipeline.WithLead(ctx, func(ctx context.Context, p redis.Pipeliner) []redis.Cmder {
+		return s.queueCreate(ctx, p, j)
+	})
+}
+
+// Forget removes a row that never became a job (its task could not be
+// enqueued), best effort.
+func (s *Store) Forget(ctx context.Context, j *bgjobs.Job) {
+	tag := bgjobs.Tag(j.Agent, j.OriginSession)
+	_ = s.do(ctx, func(ctx context.Context, p redis.Pipeliner) {
+		p.Del(ctx, s.k.Job(tag, j.ID))
+		p.ZRem(ctx, s.k.SessionJobs(tag), j.ID)
+		p.ZRem(ctx, s.k.AgentJobs(j.Agent), j.ID)
+		p.HDel(ctx, s.k.JobIndex(), j.ID)
+		p.ZRem(ctx, s.k.active(), j.ID)
+	})
+}
+
+// TagOf returns the session tag of a job id, or "" if unknown.
+func (s *Store) TagOf(ctx context.Context, id string) (string, error) {
+	var cmd *redis.StringCmd
+	if err := s.do(ctx, func(ctx context.Context, p redis.Pipeliner) { cmd = p.HGet(ctx, s.k.JobIndex(), id) }); err != nil {
+		return "", unavailable("look up job", err)
+	}
+	tag, err := cmd.Result()
+	if errors.Is(err, redis.Nil) {
+		return "", nil
+	}
+	return tag, unavailable("look up job", err)
+}
+
+// Load reads a row by tag and id; nil when it does not exist.
+func (s *Store) Load(ctx context.Context, tag, id string) (*bgjobs.Job, error) {
+	var cmd *redis.MapStringStringCmd
+	if err := s.do(ctx, func(ctx context.Context, p redis.Pipeliner) { cmd = p.HGetAll(ctx, s.k.Job(tag, id)) }); err != nil {
+		return nil, unavailable("read job", err)
+	}
+	h, err := cmd.Result()
+	if err != nil {
+		return nil, unavailable("read job", err)
+	}
+	if len(h) == 0 {
+		return nil, nil
+	}
+	return jobFromHash(h), nil
+}
+
+// Lookup reads a row by id alone; nil when it does not exist.
+func (s *Store) Lookup(ctx context.Context, id string) (*bgjobs.Job, error) {
+	tag, err := s.TagOf(ctx, id)
+	if err != nil || tag == "" {
+		return nil, err
+	}
+	j, err := s.Load(ctx, tag, id)
+	if err == nil && j == nil {
+		// The row expired after it was notified: drop the stale index entry.
+		s.later(func(ctx context.Context, p redis.Pipeliner) { p.HDel(ctx, s.k.JobIndex(), id) })
+	}
+	return j, err
+}
+
+// LookupMany reads rows by id in two round trips; a missing row is nil.
+func (s *Store) LookupMany(ctx context.Context, ids []string) ([]*bgjobs.Job, error) {
+	if len(ids) == 0 {
+		return nil, nil
+	}
+	tags, err := s.rdb.HMGet(ctx, s.k.JobIndex(), ids...).Result()
+	if err != nil {
+		return nil, unavailable("look up jobs", err)
+	}
+	cmds := make([]*redis.MapStringStringCmd, len(ids))
+	if _, err := s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for i, id := range ids {
+			if tag, _ := tags[i].(string); tag != "" {
+				cmds[i] = p.HGetAll(ctx, s.k.Job(tag, id))
+			}
+		}
+		return nil
+	}); err != nil {
+		return nil, unavailable("read jobs", err)
+	}
+	out := make([]*bgjobs.Job, len(ids))
+	for i, c := range cmds {
+		if c != nil && len(c.Val()) > 0 {
+			out[i] = jobFromHash(c.Val())
+		}
+	}
+	return out, nil
+}
+
+// Started is a job a worker may run now.
+type Started struct {
+	Job     *bgjobs.Job
+	Attempt int64
+	// Rerun is true when the row was already running: a re-run after a
+	// lost lease.
+	Rerun bool
+}
+
+// Start moves a job to running (startCmd). ErrNoJob: no row; ErrEnded: do
+// not run it.
+func (s *Store) Start(ctx context.Context, tag, id string, now time.Time) (Started, error) {
+	res, err := s.w.Script(ctx, startCmd, []string{s.k.Job(tag, id)}, ms(now)).Slice()
+	if err != nil {
+		return Started{}, unavailable("start job", err)
+	}
+	if len(res) != 3 {
+		return Started{}, fmt.Errorf("start: unexpected reply %v", res)
+	}
+	code, _ := res[0].(int64)
+	switch code {
+	case -1:
+		return Started{}, ErrNoJob
+	case 0:
+		return Started{}, ErrEnded
+	}
+	attempt, _ := res[1].(int64)
+	flat, _ := res[2].([]any)
+	return Started{Job: jobFromHash(flatHash(flat)), Attempt: attempt, Rerun: code == 2}, nil
+}
+
+// Requeue hands a running job back to queued while asynq waits to try it
+// again.
+func (s *Store) Requeue(ctx context.Context, tag, id string) error {
+	return unavailable("requeue job", s.w.Script(ctx, requeueCmd, []string{s.k.Job(tag, id)}).Err())
+}
+
+// Settlement is one settle: how the job ended and what its settler decided
+// must follow.
+type Settlement struct {
+	Tag, ID string
+	Outcome bgjobs.Outcome
+	Now     time.Time
+	// Announce records an r| (or w|) entry: the session may be woken.
+	Announce bool
+	// Index records an i| entry: the report goes to memory.
+	Index bool
+	// HoldForIndex makes the drain wait until the report is searchable.
+	HoldForIndex bool
+}
+
+// Settle ends a job (settleCmd) and returns the outbox entries it
+// recorded. ErrEnded: it had ended already, nothing changed; ErrNoJob: no row.
+func (s *Store) Settle(ctx context.Context, st Settlement) ([]Entry, error) {
+	o := st.Outcome
+	var res, errText string
+	if o.Result != nil {
+		res = *o.Result
+	}
+	if o.Error != nil {
+		errText = *o.Error
+	}
+	reply, err := s.w.Script(ctx, settleCmd, []string{s.k.Job(st.Tag, st.ID), s.k.Pending(st.Tag), s.k.Outbox(st.Tag)},
+		string(o.Status), boolStr(o.Result != nil), res, boolStr(o.Error != nil), errText,
+		ms(st.Now), int64(s.retention.Seconds()), s.k.sessionPrefix(st.Tag),
+		boolStr(st.Announce), boolStr(st.Index), boolStr(st.HoldForIndex)).Slice()
+	if err != nil {
+		return nil, unavailable("settle job", err)
+	}
+	if len(reply) == 0 {
+		return nil, fmt.Errorf("settle: empty reply")
+	}
+	switch code, _ := reply[0].(int64); code {
+	case -1:
+		return nil, ErrNoJob
+	case 0:
+		return nil, ErrEnded
+	}
+	entries := make([]Entry, 0, len(reply)-1)
+	for _, e := range reply[1:] {
+		if raw, ok := e.(string); ok {
+			entries = append(entries, ParseEntry(raw, st.Now.UnixMilli()))
+		}
+	}
+	// The reconciler's to-do list: a follow-up, since the reconciler drops
+	// a stale entry itself.
+	s.later(func(ctx context.Context, p redis.Pipeliner) { p.ZRem(ctx, s.k.active(), st.ID) })
+	return entries, nil
+}
+
+// Ack is the drain's flip for one job consumed another way (ackCmd). It
+// reports whether this call flipped it. ErrNoJob, ErrNotEnded.
+func (s *Store) Ack(ctx context.Context, tag, id string, now time.Time) (bool, error) {
+	n, err := s.w.Script(ctx, ackCmd, []string{s.k.Job(tag, id), s.k.Pending(tag)}, ms(now), int64(s.retention.Seconds())).Int64()
+	if err != nil {
+		return false, unavailable("ack", err)
+	}
+	switch n {
+	case -1:
+		return false, ErrNoJob
+	case -2:
+		return false, ErrNotEnded
+	}
+	return n == 1, nil
+}
+
+// Remove deletes an ended job (deleteCmd) and its index entries.
+// ErrNoJob, ErrNotEnded.
+func (s *Store) Remove(ctx context.Context, j *bgjobs.Job) error {
+	tag := bgjobs.Tag(j.Agent, j.OriginSession)
+	n, err := s.w.Script(ctx, deleteCmd, []string{s.k.Job(tag, j.ID), s.k.Pending(tag), s.k.SessionJobs(tag)}, j.ID).Int64()
+	if err != nil {
+		return unavailable("delete job", err)
+	}
+	switch n {
+	case -1:
+		return ErrNoJob
+	case -2:
+		return ErrNotEnded
+	}
+	return unavailable("delete job", s.do(ctx, func(ctx context.Context, p redis.Pipeliner) {
+		p.ZRem(ctx, s.k.AgentJobs(j.Agent), j.ID)
+		p.HDel(ctx, s.k.JobIndex(), j.ID)
+		p.ZRem(ctx, s.k.active(), j.ID)
+	}))
+}
+
+// Retry re-arms an ended job for a new attempt (retryCmd) and puts it back
+// on the reconciler's list. ErrNoJob, ErrNotEnded, ErrCompleted.
+func (s *Store) Retry(ctx context.Context, j *bgjobs.Job, force bool, now time.Time) error {
+	tag := bgjobs.Tag(j.Agent, j.OriginSession)
+	n, err := s.w.Script(ctx, retryCmd, []string{s.k.Job(tag, j.ID), s.k.Pending(tag)}, boolStr(force), s.k.sessionPrefix(tag)).Int()
+	if err != nil {
+		return unavailable("retry", err)
+	}
+	switch n {
+	case -1:
+		return ErrNoJob
+	case -2:
+		return ErrNotEnded
+	case -3:
+		return ErrCompleted
+	}
+	return unavailable("retry", s.do(ctx, func(ctx context.Context, p redis.Pipeliner) {
+		p.ZAdd(ctx, s.k.active(), redis.Z{Score: float64(now.UnixMilli()), Member: j.ID})
+	}))
+}
+
+// WaitEnd is how a caller's wait on a job (wait_ms) ended.
+type WaitEnd int
+
+const (
+	// WaitNothing: nothing to hand over or back.
+	WaitNothing WaitEnd = iota
+	// WaitTaken: the caller took the result; the job is delivered.
+	WaitTaken
+	// WaitHandedBack: the held announcement became an r| entry for the pump.
+	WaitHandedBack
+)
+
+// ReleaseWait ends a caller's wait (releaseWaitCmd): take the result if
+// take and the job ended, otherwise hand its announcement back.
+func (s *Store) ReleaseWait(ctx context.Context, tag, id string, take bool, now time.Time) (WaitEnd, error) {
+	mode := "release"
+	if take {
+		mode = "take"
+	}
+	n, err := s.w.Script(ctx, releaseWaitCmd, []string{s.k.Job(tag, id), s.k.Pending(tag), s.k.Outbox(tag)},
+		mode, ms(now), int64(s.retention.Seconds())).Int()
+	if err != nil {
+		return WaitNothing, unavailable("end a wait", err)
+	}
+	return WaitEnd(n), nil
+}
+
+// SetProgress records a streaming agent's latest update on the row, as a
+// follow-up write; a row that is gone is not brought back.
+func (s *Store) SetProgress(tag, id, line string) {
+	key := s.k.Job(tag, id)
+	s.later(func(ctx context.Context, p redis.Pipeliner) {
+		hsetIfExistsCmd.Eval(ctx, p, []string{key}, fProgress, line)
+	})
+}
+
+// MarkIndexed records that the reports of these jobs are searchable and
+// returns the tags of their sessions.
+func (s *Store) MarkIndexed(ctx context.Context, jobs []JobRef) (map[string]bool, error) {
+	tags := map[string]bool{}
+	err := s.do(ctx, func(ctx context.Context, p redis.Pipeliner) {
+		for _, r := range jobs {
+			hsetIfExistsCmd.Eval(ctx, p, []string{s.k.Job(r.Tag, r.ID)}, fReportIndexed, "1")
+			tags[r.Tag] = true
+		}
+	})
+	return tags, unavailable("mark reports indexed", err)
+}
+
+// JobRef names a job by its session tag and id.
+type JobRef struct{ Tag, ID string }
+
+// firstErr is the first error among cmds.
+func firstErr(cmds []redis.Cmder) error {
+	var err error
+	for _, c := range cmds {
+		err = cmp.Or(err, c.Err())
+	}
+	return err
+}

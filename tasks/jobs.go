@@ -1,0 +1,203 @@
+package tasks
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"time"
+
+	"github.com/bgjobs/bgjobs"
+	"github.com/bgjobs/bgjobs/tasks/internal/registry"
+)
+
+// Get returns the caller's job, or not_found (also for another agent's id).
+func (m *Manager) Get(ctx context.Context, agent, id string) (*bgjobs.Job, error) {
+	j, err := m.Lookup(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	if j.Agent != agent {
+		return nil, bgjobs.Errorf(bgjobs.ENotFound, "no job %s", id)
+	}
+	return j, nil
+}
+
+// Lookup returns any agent's job by id (operators' tools), or not_found.
+func (m *Manager) Lookup(ctx context.Context, id string) (*bgjobs.Job, error) {
+	if !bgjobs.ValidJobID(id) {
+		return nil, bgjobs.FieldError("id", "job ids look like bg-0123456789ab")
+	}
+	j, err := m.store.Lookup(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	if j == nil {
+		return nil, bgjobs.Errorf(bgjobs.ENotFound, "no job %s", id)
+	}
+	return j, nil
+}
+
+// Cancel stops a queued or running job: it ends cancelled (and is drained
+// like any other), its queued task is deleted, a running one is told to stop.
+func (m *Manager) Cancel(ctx context.Context, agent, id string) (*bgjobs.Job, error) {
+	j, err := m.Get(ctx, agent, id)
+	if err != nil {
+		return nil, err
+	}
+	reason := "cancelled by request"
+	settled, err := m.follow.Settle(ctx, j, bgjobs.Outcome{Status: bgjobs.StatusCancelled, Error: &reason})
+	if err != nil {
+		return nil, err
+	}
+	if !settled {
+		return nil, bgjobs.Errorf(bgjobs.EConflict, "job %s already ended", id)
+	}
+	m.eng.StopTask(j)
+	return m.Get(ctx, agent, id)
+}
+
+// Ack marks a finished job consumed another way, so drain skips it. It
+// reports whether this call flipped it.
+func (m *Manager) Ack(ctx context.Context, agent, id string) (bool, error) {
+	j, err := m.Get(ctx, agent, id)
+	if err != nil {
+		return false, err
+	}
+	flipped, err := m.store.Ack(ctx, bgjobs.Tag(j.Agent, j.OriginSession), id, m.now())
+	return flipped, m.jobError(err, j)
+}
+
+// Delete removes an ended job.
+func (m *Manager) Delete(ctx context.Context, agent, id string) error {
+	j, err := m.Get(ctx, agent, id)
+	if err != nil {
+		return err
+	}
+	if err := m.store.Remove(ctx, j); err != nil {
+		return m.jobError(err, j)
+	}
+	m.eng.DeleteTask(j) // archived leftovers, if any
+	return nil
+}
+
+// Retry runs an ended job again as a new attempt. A failed or cancelled job
+// is retried; a completed one only with force. The new outcome drains once,
+// and a turn's new report supersedes the old one in memory.
+func (m *Manager) Retry(ctx context.Context, id string, force bool) (*bgjobs.Job, error) {
+	j, err := m.Lookup(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	if err := m.store.Retry(ctx, j, force, m.now()); err != nil {
+		return nil, m.jobError(err, j)
+	}
+	m.eng.DeleteTask(j) // an archived leftover would hold the task id
+	if err := m.eng.EnqueueJob(ctx, j); err != nil {
+		msg := "retry could not be queued: " + err.Error()
+		_, _ = m.follow.Settle(ctx, j, bgjobs.Outcome{Status: bgjobs.StatusFailed, Error: &msg})
+		return nil, err
+	}
+	m.log.Info("job retried", "job_id", id, "agent", j.Agent)
+	return m.Lookup(ctx, id)
+}
+
+// jobError turns the registry's outcome for j into the API's error.
+func (m *Manager) jobError(err error, j *bgjobs.Job) error {
+	switch {
+	case errors.Is(err, registry.ErrNoJob):
+		return bgjobs.Errorf(bgjobs.ENotFound, "no job %s", j.ID)
+	case errors.Is(err, registry.ErrNotEnded):
+		return bgjobs.Errorf(bgjobs.EConflict, "job %s is still %s", j.ID, j.Status)
+	case errors.Is(err, registry.ErrCompleted):
+		return bgjobs.Errorf(bgjobs.EConflict, "job %s completed; retry it with force to run it again", j.ID)
+	case errors.Is(err, registry.ErrEnded):
+		return bgjobs.Errorf(bgjobs.EConflict, "job %s already ended", j.ID)
+	}
+	return err
+}
+
+// PurgeRequest selects ended, notified jobs to remove.
+type PurgeRequest struct {
+	// Statuses to purge; empty means every terminal status.
+	Statuses []bgjobs.Status
+	// OlderThan keeps jobs that ended more recently.
+	OlderThan time.Duration
+	// DryRun lists without removing.
+	DryRun bool
+}
+
+// Purge removes the registry rows of ended jobs whose result was already
+// handed over, and their leftover asynq tasks; never a queued, running or
+// undrained job. It returns the jobs it removed (or would remove).
+func (m *Manager) Purge(ctx context.Context, req PurgeRequest) ([]*bgjobs.Job, error) {
+	for _, s := range req.Statuses {
+		if !s.Terminal() {
+			return nil, bgjobs.FieldError("status", "only ended jobs can be purged: completed, failed or cancelled, not %q", s)
+		}
+	}
+	cutoff := m.now().Add(-req.OlderThan)
+	agents, err := m.store.AgentsWithJobs(ctx)
+	if err != nil {
+		return nil, err
+	}
+	var out []*bgjobs.Job
+	for _, agent := range agents {
+		ids, err := m.store.AgentJobsBefore(ctx, agent, cutoff)
+		if err != nil {
+			return out, err
+		}
+		jobs, err := m.store.LookupMany(ctx, ids)
+		if err != nil {
+			return out, err
+		}
+		for i, j := range jobs {
+			if j == nil {
+				m.store.Unlist(m.store.Keys().AgentJobs(agent), ids[i])
+				continue
+			}
+			if !purgeable(j, req, cutoff) {
+				continue
+			}
+			out = append(out, j)
+			if req.DryRun {
+				continue
+			}
+			if err := m.store.Remove(ctx, j); err != nil && !errors.Is(err, registry.ErrNoJob) {
+				return out, err
+			}
+			m.eng.DeleteTask(j)
+		}
+	}
+	return out, nil
+}
+
+func purgeable(j *bgjobs.Job, req PurgeRequest, cutoff time.Time) bool {
+	if !j.Status.Terminal() || !j.Notified || j.CompletedAt == nil || j.CompletedAt.After(cutoff) {
+		return false
+	}
+	if len(req.Statuses) == 0 {
+		return true
+	}
+	for _, s := range req.Statuses {
+		if j.Status == s {
+			return true
+		}
+	}
+	return false
+}
+
+// ParseStatuses reads "failed,cancelled".
+func ParseStatuses(s string) ([]bgjobs.Status, error) {
+	var out []bgjobs.Status
+	for part := range strings.SplitSeq(s, ",") {
+		part = strings.TrimSpace(part)
+		if part == "" {
+			continue
+		}
+		if !bgjobs.ValidStatus(part) {
+			return nil, bgjobs.FieldError("status", "unknown status %q", part)
+		}
+		out = append(out, bgjobs.Status(part))
+	}
+	return out, nil
+}

@@ -1,0 +1,186 @@
+package tasks
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/hibiken/asynq"
+
+	"github.com/bgjobs/bgjobs"
+	"github.com/bgjobs/bgjobs/tasks/internal/engine"
+	"github.com/bgjobs/bgjobs/tasks/internal/registry"
+)
+
+// turnLease is how long a turn's slot under the global cap survives without
+// renewal: a worker that dies frees its slot within this time.
+const turnLease = 30 * time.Second
+
+// rowWait is how long a task that finds no row is retried: its row may be
+// a moment behind it (written in a separate round trip), but a task older
+// than this whose row is missing belongs to a deleted job.
+const rowWait = time.Minute
+
+// errNoRowYet sends a task whose row is not there yet back to asynq, to be
+// tried again shortly.
+var errNoRowYet = errors.New("job row not written yet")
+
+// ProcessTask is the asynq handler of turn and work tasks. The registry row
+// is the truth: a task whose row has ended does nothing, so a re-run, a late
+// delivery or a cancelled job can never run twice or change an outcome.
+func (m *Manager) ProcessTask(ctx context.Context, t *asynq.Task) error {
+	id, _ := asynq.GetTaskID(ctx)
+	var p engine.JobPayload
+	if err := json.Unmarshal(t.Payload(), &p); err != nil {
+		m.log.Error("task payload unreadable; dropping it", slog.String("task_id", id), slog.Any("err", err))
+		return fmt.Errorf("%w: payload: %v", asynq.SkipRetry, err)
+	}
+	tag := bgjobs.Tag(p.Agent, p.Session)
+	if t.Type() == engine.TypeTurn {
+		// Take a slot first, so a job past the cap stays queued.
+		release, err := m.waitTurnSlot(ctx, id)
+		if err != nil {
+			return m.stoppedBeforeStart(ctx, tag, id, err)
+		}
+		defer release()
+	}
+	st, err := m.store.Start(ctx, tag, id, m.now())
+	switch {
+	case errors.Is(err, registry.ErrEnded):
+		return nil // ended already (cancelled, settled by a twin)
+	case errors.Is(err, registry.ErrNoJob):
+		if p.Created > 0 && m.now().Sub(time.UnixMilli(p.Created)) < rowWait {
+			return errNoRowYet
+		}
+		return nil // deleted
+	case err != nil:
+		return err // Redis trouble: asynq tries again later
+	}
+	j := st.Job
+	m.log.Info("job running", slog.String("job_id", id), slog.String("agent", j.Agent), slog.Int64("attempt", st.Attempt))
+	e := bgjobs.JobEvent(bgjobs.EventRunning, j, bgjobs.StatusRunning, m.now())
+	e.Attempt = st.Attempt
+	m.store.Publish(e)
+
+	runCtx, cancel := context.WithTimeout(ctx, m.cfg.RunTimeout)
+	defer cancel()
+	result, runErr := m.run(runCtx, j)
+	if runErr == nil {
+		_, err := m.follow.Settle(ctx, j, bgjobs.Outcome{Status: bgjobs.StatusCompleted, Result: &result})
+		return err
+	}
+	if ctx.Err() != nil {
+		// Cancelled through the API (the row is already terminal), or the
+		// server is shutting down: hand the job back and let asynq requeue it.
+		_ = m.store.Requeue(context.WithoutCancel(ctx), tag, id)
+		return ctx.Err()
+	}
+	msg := runErr.Error()
+	if errors.Is(runCtx.Err(), context.DeadlineExceeded) {
+		msg = fmt.Sprintf("timed out after %s", m.cfg.RunTimeout)
+	} else if IsRetryable(runErr) {
+		retried, _ := asynq.GetRetryCount(ctx)
+		maxRetry, _ := asynq.GetMaxRetry(ctx)
+		if retried < maxRetry {
+			_ = m.store.Requeue(ctx, tag, id)
+			return runErr
+		}
+		msg = fmt.Sprintf("gave up after %d attempts: %s", retried+1, msg)
+	}
+	_, err = m.follow.Settle(ctx, j, bgjobs.Outcome{Status: bgjobs.StatusFailed, Error: &msg})
+	return err
+}
+
+// stoppedBeforeStart handles a turn that never got a slot: if the row ended
+// meanwhile (cancelled while queued) the task is done, otherwise asynq tries
+// again later.
+func (m *Manager) stoppedBeforeStart(ctx context.Context, tag, id string, err error) error {
+	j, lerr := m.store.Load(context.WithoutCancel(ctx), tag, id)
+	if lerr == nil && (j == nil || j.Status.Terminal()) {
+		return nil
+	}
+	return err
+}
+
+// run does the work of one job.
+func (m *Manager) run(ctx context.Context, j *bgjobs.Job) (string, error) {
+	switch j.Kind {
+	case bgjobs.KindWork:
+		kind, ok := m.kinds.Lookup(j.WorkType)
+		if !ok {
+			return "", fmt.Errorf("work kind %q is not registered in this process", j.WorkType)
+		}
+		ctx = context.WithValue(ctx, jobInfoKey{}, JobInfo{ID: j.ID, Agent: j.Agent, OriginSession: j.OriginSession, Description: j.Description})
+		return kind.Run(ctx, j.WorkArgs)
+	case bgjobs.KindTurn:
+		if m.turns == nil {
+			return "", errors.New("this process cannot run turns (no A2A runner)")
+		}
+		agent, err := m.store.GetAgent(ctx, j.Agent)
+		if err != nil {
+			return "", Retryable(err)
+		}
+		if agent == nil || agent.A2AURL == "" {
+			return "", fmt.Errorf("agent %q has no a2a_url", j.Agent)
+		}
+		seq := 0
+		tag := bgjobs.Tag(j.Agent, j.OriginSession)
+		return m.turns.RunTurn(ctx, bgjobs.Turn{
+			AgentURL: agent.A2AURL, JobID: j.ID, OriginSession: j.OriginSession,
+			SubagentType: j.SubagentType, Preamble: agent.SubagentTypes[j.SubagentType], Prompt: j.Prompt,
+			Progress: func(state, text string) {
+				seq++
+				m.store.SetProgress(tag, j.ID, bgjobs.CutRunes(text, bgjobs.EventTextChars))
+				e := bgjobs.JobEvent(bgjobs.EventProgress, j, bgjobs.StatusRunning, m.now())
+				e.Seq, e.State, e.Text = seq, state, text
+				m.store.Publish(e)
+			},
+		})
+	}
+	return "", fmt.Errorf("unknown job kind %q", j.Kind)
+}
+
+// waitTurnSlot blocks until the job holds a slot of the global turn cap and
+// returns the function that frees it. The slot's lease is renewed while the
+// turn runs, so a dead worker's slot frees itself.
+func (m *Manager) waitTurnSlot(ctx context.Context, id string) (func(), error) {
+	delay := m.cfg.PollInterval
+	for {
+		ok, err := m.store.AcquireTurn(ctx, id, m.now(), turnLease, m.cfg.TurnConcurrency)
+		if ok {
+			break
+		}
+		if err != nil && ctx.Err() == nil {
+			m.log.Warn("turn slot", slog.String("job_id", id), slog.Any("err", err))
+		}
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(delay):
+		}
+		delay = min(delay*2, time.Second)
+	}
+	renewCtx, stop := context.WithCancel(context.WithoutCancel(ctx))
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		tick := time.NewTicker(turnLease / 3)
+		defer tick.Stop()
+		for {
+			select {
+			case <-renewCtx.Done():
+				return
+			case <-tick.C:
+				_ = m.store.RenewTurn(renewCtx, id, m.now().Add(turnLease))
+			}
+		}
+	})
+	return func() {
+		stop()
+		wg.Wait()
+		m.store.ReleaseTurn(context.WithoutCancel(ctx), id)
+	}, nil
+}

@@ -1,0 +1,165 @@
+package tasks
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"github.com/bgjobs/bgjobs"
+	"github.com/bgjobs/bgjobs/internal/pipeline"
+	"github.com/bgjobs/bgjobs/metrics"
+)
+
+// SpawnRequest asks for one job.
+type SpawnRequest struct {
+	Agent          string
+	OriginSession  string
+	Kind           bgjobs.Kind
+	SubagentType   string
+	Description    string
+	Prompt         string
+	Work           *bgjobs.WorkSpec
+	Incognito      bool
+	IdempotencyKey string
+	// Invalid, when set, is why a batch spec could not even be read; the
+	// batch reports it as skipped.
+	Invalid *bgjobs.Error
+	// Wait is how long SpawnAndWait waits for the job to end.
+	Wait time.Duration
+}
+
+// spawnIdemTTL is how long an Idempotency-Key on spawn returns the first job.
+const spawnIdemTTL = 24 * time.Hour
+
+// Spawn validates req, writes a queued row and enqueues its task. existed is
+// true when an Idempotency-Key matched an earlier spawn, whose job is returned.
+func (m *Manager) Spawn(ctx context.Context, req SpawnRequest) (job *bgjobs.Job, existed bool, err error) {
+	j, err := m.checkSpawn(ctx, req)
+	if err != nil {
+		return nil, false, err
+	}
+	if req.Wait > 0 {
+		j.WaitUntil = j.CreatedAt.Add(req.Wait)
+	}
+	if req.IdempotencyKey != "" {
+		prior, err := m.store.ClaimSpawnKey(ctx, req.Agent, req.IdempotencyKey, j.ID, spawnIdemTTL)
+		if err != nil || prior != nil {
+			return prior, prior != nil, err
+		}
+	}
+	// The row rides in the same pipeline as its task, just ahead of it.
+	rowCtx, row := m.store.WithRow(ctx, j)
+	enqErr := m.eng.EnqueueJob(rowCtx, j)
+	if err := ctx.Err(); err != nil {
+		// The pipeline may still be going out: a job that got in runs and
+		// settles as usual; one half-written is the reconciler's.
+		return nil, false, bgjobs.Errorf(bgjobs.EUnavailable, "spawn: %v", err)
+	}
+	rowErr := row.Err()
+	switch {
+	case enqErr != nil:
+		if !errors.Is(rowErr, pipeline.ErrNotSent) {
+			m.store.Forget(context.WithoutCancel(ctx), j)
+		}
+		return nil, false, enqErr
+	case rowErr != nil:
+		// The task is queued but its row is not whole: take the task back.
+		m.eng.DeleteTask(j)
+		m.store.Forget(context.WithoutCancel(ctx), j)
+		return nil, false, bgjobs.Errorf(bgjobs.EUnavailable, "create job: %v", rowErr)
+	}
+	m.store.Publish(bgjobs.JobEvent(bgjobs.EventStarted, j, bgjobs.StatusQueued, j.CreatedAt))
+	metrics.Spawned.WithLabelValues(string(j.Kind)).Inc()
+	m.log.Info("job spawned", slog.String("job_id", j.ID), slog.String("agent", j.Agent), slog.String("kind", string(j.Kind)))
+	return j, false, nil
+}
+
+// checkSpawn applies the domain rules and builds the row.
+func (m *Manager) checkSpawn(ctx context.Context, req SpawnRequest) (*bgjobs.Job, error) {
+	if req.Invalid != nil {
+		return nil, req.Invalid
+	}
+	if err := bgjobs.CheckAgentName("agent", req.Agent); err != nil {
+		return nil, err
+	}
+	if err := bgjobs.CheckSession("origin_session", req.OriginSession); err != nil {
+		return nil, err
+	}
+	if utf8.RuneCountInString(req.Description) > bgjobs.MaxDescriptionChars {
+		return nil, bgjobs.FieldError("description", "at most %d characters", bgjobs.MaxDescriptionChars)
+	}
+	if !utf8.ValidString(req.Description) || !utf8.ValidString(req.Prompt) {
+		return nil, bgjobs.FieldError("prompt", "must be valid UTF-8")
+	}
+	j := &bgjobs.Job{
+		ID: newID("bg-"), Agent: req.Agent, OriginSession: req.OriginSession,
+		Kind: req.Kind, Description: req.Description, Status: bgjobs.StatusQueued,
+		Incognito: req.Incognito, CreatedAt: m.now().UTC().Truncate(time.Millisecond),
+	}
+	if j.Kind == "" {
+		j.Kind = bgjobs.KindTurn
+	}
+	switch j.Kind {
+	case bgjobs.KindTurn:
+		if strings.TrimSpace(req.Prompt) == "" {
+			return nil, bgjobs.FieldError("prompt", "a turn job needs a prompt")
+		}
+		if len(req.Prompt) > bgjobs.MaxPromptBytes {
+			return nil, &bgjobs.Error{Code: bgjobs.ETooLarge, Message: fmt.Sprintf("prompt is over %d bytes", bgjobs.MaxPromptBytes), Field: "prompt"}
+		}
+		if req.Work != nil {
+			return nil, bgjobs.FieldError("work", "a turn job takes no work spec")
+		}
+		agent, err := m.store.GetAgent(ctx, req.Agent)
+		if err != nil {
+			return nil, err
+		}
+		if agent == nil || agent.A2AURL == "" {
+			return nil, bgjobs.FieldError("kind", "agent %q has no a2a_url: register it with PUT /v1/agents/%s before spawning turns", req.Agent, req.Agent)
+		}
+		if len(agent.SubagentTypes) > 0 {
+			if _, ok := agent.SubagentTypes[req.SubagentType]; !ok {
+				return nil, bgjobs.FieldError("subagent_type", "not in agent %q's roster: %s", req.Agent, strings.Join(rosterNames(agent), ", "))
+			}
+		}
+		j.SubagentType = req.SubagentType
+		j.Prompt = req.Prompt
+	case bgjobs.KindWork:
+		if req.Work == nil || req.Work.Type == "" {
+			return nil, bgjobs.FieldError("work.type", "a work job needs work.type (one of: %s)", strings.Join(m.kinds.Names(), ", "))
+		}
+		kind, ok := m.kinds.Lookup(req.Work.Type)
+		if !ok {
+			return nil, bgjobs.FieldError("work.type", "unknown work kind %q (one of: %s)", req.Work.Type, strings.Join(m.kinds.Names(), ", "))
+		}
+		if req.Prompt != "" {
+			return nil, bgjobs.FieldError("prompt", "a work job takes no prompt")
+		}
+		if kind.Check != nil {
+			if err := kind.Check(req.Work.Args); err != nil {
+				var be *bgjobs.Error
+				if errors.As(err, &be) {
+					return nil, be
+				}
+				return nil, bgjobs.FieldError("work.args", "%v", err)
+			}
+		}
+		j.WorkType = req.Work.Type
+		j.WorkArgs = req.Work.Args
+	default:
+		return nil, bgjobs.FieldError("kind", "want turn or work, got %q", req.Kind)
+	}
+	return j, nil
+}
+
+func rosterNames(a *bgjobs.Agent) []string {
+	names := make([]string, 0, len(a.SubagentTypes))
+	for n := range a.SubagentTypes {
+		names = append(names, n)
+	}
+	return names
+}
