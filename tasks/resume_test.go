@@ -12,8 +12,8 @@ import (
 
 	"github.com/bgjobs/bgjobs"
 	"github.com/bgjobs/bgjobs/internal/testenv"
-	"github.com/bgjobs/bgjobs/tasks/internal/registry"
 	"github.com/bgjobs/bgjobs/search"
+	"github.com/bgjobs/bgjobs/tasks/internal/registry"
 )
 
 // sentResume is one resume a recordingResumer delivered.
