@@ -85,9 +85,6 @@ func New(aq *asynq.Client, insp *asynq.Inspector, ns string, runTimeout time.Dur
 	return &Engine{aq: aq, insp: insp, ns: ns, RunTimeout: runTimeout}
 }
 
-// Close releases the asynq client.
-func (e *Engine) Close() error { return e.aq.Close() }
-
 // Inspector is asynq's inspector on the same Redis, for dashboards.
 func (e *Engine) Inspector() *asynq.Inspector { return e.insp }
 
