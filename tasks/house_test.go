@@ -131,4 +131,3 @@ func TestRetriedJobsMergedNudgeIsDelivered(t *testing.T) {
 	}
 	require.Contains(t, ids, "resume-"+bj.ID+"-r1")
 }
-
