@@ -1,0 +1,141 @@
+package pipeline_test
+
+import (
+	"context"
+	"log/slog"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/hibiken/asynq"
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/require"
+
+	"github.com/bgjobs/bgjobs/internal/pipeline"
+	"github.com/bgjobs/bgjobs/internal/testenv"
+)
+
+// recorder notes every EVALSHA the client sends, alone or in a pipeline.
+type recorder struct {
+	mu    sync.Mutex
+	alone [][]string
+	piped [][]string // one per pipelined command: its name, then its keys
+}
+
+func (r *recorder) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (r *recorder) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		if keys, ok := evalKeys(cmd); ok {
+			r.mu.Lock()
+			r.alone = append(r.alone, keys)
+			r.mu.Unlock()
+		}
+		return next(ctx, cmd)
+	}
+}
+
+func (r *recorder) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		r.mu.Lock()
+		for _, c := range cmds {
+			if keys, ok := evalKeys(c); ok {
+				r.piped = append(r.piped, append([]string{"evalsha"}, keys...))
+			} else {
+				r.piped = append(r.piped, []string{c.Name()})
+			}
+		}
+		r.mu.Unlock()
+		return next(ctx, cmds)
+	}
+}
+
+// evalKeys returns the keys of an EVALSHA.
+func evalKeys(cmd redis.Cmder) ([]string, bool) {
+	args := cmd.Args()
+	if len(args) < 3 || cmd.Name() != "evalsha" {
+		return nil, false
+	}
+	n, _ := args[2].(int)
+	keys := make([]string, 0, n)
+	for _, k := range args[3 : 3+n] {
+		s, _ := k.(string)
+		keys = append(keys, s)
+	}
+	return keys, true
+}
+
+func (r *recorder) snapshot() (alone, piped [][]string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return slices.Clone(r.alone), slices.Clone(r.piped)
+}
+
+// The fence around the asynq interception, against the pinned asynq: its
+// enqueue goes out in the writer's pipeline right after a lead's commands
+// (so a spawn's row is written before its task can be fetched), and its
+// dequeue is recognised and goes out alone. If a new asynq changes either
+// script's shape, this test fails before production does.
+func TestAsynqScriptsAreRecognised(t *testing.T) {
+	t.Parallel()
+	env := testenv.New(t)
+	ctx := context.Background()
+	rec := &recorder{}
+	env.RDB.AddHook(rec)
+	w := pipeline.New(env.RDB, slog.New(slog.DiscardHandler))
+	require.NoError(t, w.Start(ctx))
+	defer w.Stop()
+
+	queue := env.Namespace + ":fence"
+	marker := env.Namespace + ":lead"
+	client := asynq.NewClientFromRedisClient(w.AsynqClient())
+	leadCtx, lead := pipeline.WithLead(ctx, func(ctx context.Context, p redis.Pipeliner) []redis.Cmder {
+		return []redis.Cmder{p.Set(ctx, marker, "row", time.Minute)}
+	})
+	_, err := client.EnqueueContext(leadCtx, asynq.NewTask("fence", nil, asynq.TaskID("t1"), asynq.Queue(queue)))
+	require.NoError(t, err)
+	require.NoError(t, lead.Err(), "the lead went out with the enqueue")
+	require.Equal(t, "row", env.RDB.Get(ctx, marker).Val())
+	_, piped := rec.snapshot()
+	i := slices.IndexFunc(piped, func(c []string) bool { return c[0] == "set" })
+	require.GreaterOrEqual(t, i, 0, "the lead was pipelined")
+	require.Less(t, i+1, len(piped))
+	require.Equal(t, "evalsha", piped[i+1][0], "the enqueue script follows the lead in the same pipeline")
+	require.Equal(t, []string{"asynq:{" + queue + "}:t:t1", "asynq:{" + queue + "}:pending"}, piped[i+1][1:])
+	require.False(t, pipeline.IsFetch(piped[i+1][1:]), "an enqueue is not taken for a fetch")
+
+	done := make(chan struct{})
+	srv := asynq.NewServerFromRedisClient(w.AsynqClient(), asynq.Config{Queues: map[string]int{queue: 1}, Concurrency: 1,
+		TaskCheckInterval: 10 * time.Millisecond, LogLevel: asynq.FatalLevel})
+	mux := asynq.NewServeMux()
+	mux.HandleFunc("fence", func(context.Context, *asynq.Task) error { close(done); return nil })
+	require.NoError(t, srv.Start(mux))
+	defer srv.Shutdown()
+	select {
+	case <-done:
+	case <-time.After(20 * time.Second):
+		t.Fatal("the task never ran")
+	}
+	alone, piped := rec.snapshot()
+	require.True(t, slices.ContainsFunc(alone, pipeline.IsFetch), "the dequeue went out alone, recognised as a fetch")
+	require.False(t, slices.ContainsFunc(piped, func(c []string) bool { return c[0] == "evalsha" && pipeline.IsFetch(c[1:]) }),
+		"no fetch was held in a shared pipeline")
+}
+
+// Stop sends what Add queued, and Do after Stop fails rather than hangs.
+func TestWriterStopFlushesAndRefuses(t *testing.T) {
+	t.Parallel()
+	env := testenv.New(t)
+	ctx := context.Background()
+	w := pipeline.New(env.RDB, slog.New(slog.DiscardHandler))
+	require.NoError(t, w.Start(ctx))
+	key := env.Namespace + ":n"
+	for range 500 {
+		w.Add(func(ctx context.Context, p redis.Pipeliner) { p.Incr(ctx, key) })
+	}
+	w.Stop()
+	require.Equal(t, "500", env.RDB.Get(ctx, key).Val())
+	err := w.Do(ctx, func(ctx context.Context, p redis.Pipeliner) { p.Incr(ctx, key) })
+	require.ErrorIs(t, err, pipeline.ErrStopped)
+}

@@ -1,0 +1,402 @@
+package registry_test
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/require"
+
+	"github.com/bgjobs/bgjobs"
+	"github.com/bgjobs/bgjobs/internal/pipeline"
+	"github.com/bgjobs/bgjobs/internal/testenv"
+	"github.com/bgjobs/bgjobs/tasks/internal/registry"
+)
+
+// The scripts' outcomes, table by table, on real Redis when
+// BGJOBS_TEST_REDIS_URL is set and on miniredis otherwise.
+
+type testBundle struct {
+	s   *registry.Store
+	rdb redis.UniversalClient
+	ctx context.Context
+	n   int
+}
+
+func setup(t *testing.T) *testBundle {
+	t.Helper()
+	env := testenv.New(t)
+	w := pipeline.New(env.RDB, slog.New(slog.DiscardHandler))
+	require.NoError(t, w.Start(context.Background()))
+	t.Cleanup(w.Stop)
+	return &testBundle{s: registry.New(env.RDB, w, env.Namespace, time.Hour), rdb: env.RDB, ctx: context.Background()}
+}
+
+var now = time.UnixMilli(1_800_000_000_000)
+
+// job writes a queued row (through a one-member batch when batch is set,
+// else through a batch of its own: CreateBatch is the row writer that
+// needs no asynq enqueue).
+func (b *testBundle) job(t *testing.T, session string, edit func(j *bgjobs.Job)) *bgjobs.Job {
+	t.Helper()
+	b.n++
+	j := &bgjobs.Job{ID: fmt.Sprintf("bg-%012x", b.n), Agent: "alpha", OriginSession: session, Kind: bgjobs.KindTurn,
+		Description: "d", Status: bgjobs.StatusQueued, CreatedAt: now}
+	if edit != nil {
+		edit(j)
+	}
+	bid := fmt.Sprintf("bt-%012x", b.n)
+	if j.BatchID == nil {
+		// A batch of one member joins on its own settle; the tests that
+		// look at plain announcements use plainJob.
+		j.BatchID = &bid
+	}
+	require.NoError(t, b.s.CreateBatch(b.ctx, bgjobs.Tag(j.Agent, session), *j.BatchID, []*bgjobs.Job{j}, now))
+	return j
+}
+
+func (b *testBundle) settle(t *testing.T, j *bgjobs.Job, st registry.Settlement) ([]registry.Entry, error) {
+	t.Helper()
+	r := "report"
+	st.Tag, st.ID, st.Now = bgjobs.Tag(j.Agent, j.OriginSession), j.ID, now
+	if st.Outcome.Status == "" {
+		st.Outcome = bgjobs.Outcome{Status: bgjobs.StatusCompleted, Result: &r}
+	}
+	return b.s.Settle(b.ctx, st)
+}
+
+func kinds(es []registry.Entry) []string {
+	out := []string{}
+	for _, e := range es {
+		out = append(out, string(e.Kind))
+	}
+	return out
+}
+
+func TestStartScript(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		desc        string
+		starts      int // earlier starts
+		settled     bool
+		missing     bool
+		wantErr     error
+		wantAttempt int64
+		wantRerun   bool
+	}{
+		{desc: "queued runs", wantAttempt: 1},
+		{desc: "running again after a lost lease", starts: 1, wantAttempt: 2, wantRerun: true},
+		{desc: "ended does not run", settled: true, wantErr: registry.ErrEnded},
+		{desc: "no row", missing: true, wantErr: registry.ErrNoJob},
+	} {
+		t.Run(tc.desc, func(t *testing.T) {
+			t.Parallel()
+			b := setup(t)
+			j := b.job(t, "s", nil)
+			tag := bgjobs.Tag("alpha", "s")
+			if tc.missing {
+				tag = bgjobs.Tag("alpha", "elsewhere")
+			}
+			for range tc.starts {
+				_, err := b.s.Start(b.ctx, tag, j.ID, now)
+				require.NoError(t, err)
+			}
+			if tc.settled {
+				_, err := b.settle(t, j, registry.Settlement{})
+				require.NoError(t, err)
+			}
+			got, err := b.s.Start(b.ctx, tag, j.ID, now)
+			require.ErrorIs(t, err, tc.wantErr)
+			if tc.wantErr == nil {
+				require.Equal(t, tc.wantAttempt, got.Attempt)
+				require.Equal(t, tc.wantRerun, got.Rerun)
+				require.Equal(t, bgjobs.StatusRunning, got.Job.Status)
+			}
+		})
+	}
+}
+
+func TestSettleScript(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		desc        string
+		batchSize   int // 0: a plain job
+		settleFirst int // members settled before
+		waiting     bool
+		st          registry.Settlement
+		twice       bool
+		wantErr     error
+		wantKinds   []string
+		wantHold    bool
+	}{
+		{desc: "plain job announced", st: registry.Settlement{Announce: true}, wantKinds: []string{"r"}},
+		{desc: "plain job, nobody to wake", st: registry.Settlement{}, wantKinds: []string{}},
+		{desc: "report indexed and held", st: registry.Settlement{Announce: true, Index: true, HoldForIndex: true},
+			wantKinds: []string{"i", "r"}, wantHold: true},
+		{desc: "a caller waits", waiting: true, st: registry.Settlement{Announce: true}, wantKinds: []string{"w"}},
+		{desc: "first member arms the straggler timer", batchSize: 3, st: registry.Settlement{Announce: true}, wantKinds: []string{"s"}},
+		{desc: "last member joins", batchSize: 3, settleFirst: 2, st: registry.Settlement{Announce: true}, wantKinds: []string{"j"}},
+		{desc: "already ended", twice: true, st: registry.Settlement{Announce: true}, wantErr: registry.ErrEnded},
+	} {
+		t.Run(tc.desc, func(t *testing.T) {
+			t.Parallel()
+			b := setup(t)
+			var j *bgjobs.Job
+			if tc.batchSize == 0 {
+				j = b.plainJob(t, tc.waiting)
+			} else {
+				bid := "bt-00000000beef"
+				var members []*bgjobs.Job
+				for range tc.batchSize {
+					b.n++
+					members = append(members, &bgjobs.Job{ID: fmt.Sprintf("bg-%012x", b.n), Agent: "alpha", OriginSession: "s",
+						Kind: bgjobs.KindWork, BatchID: &bid, CreatedAt: now})
+				}
+				require.NoError(t, b.s.CreateBatch(b.ctx, bgjobs.Tag("alpha", "s"), bid, members, now))
+				for _, m := range members[:tc.settleFirst] {
+					_, err := b.settle(t, m, registry.Settlement{})
+					require.NoError(t, err)
+				}
+				j = members[tc.settleFirst]
+			}
+			if tc.twice {
+				_, err := b.settle(t, j, tc.st)
+				require.NoError(t, err)
+			}
+			got, err := b.settle(t, j, tc.st)
+			require.ErrorIs(t, err, tc.wantErr)
+			if tc.wantErr != nil {
+				return
+			}
+			if diff := cmp.Diff(tc.wantKinds, kinds(got)); diff != "" {
+				t.Errorf("entries (-want +got):\n%s", diff)
+			}
+			row, err := b.s.Load(b.ctx, bgjobs.Tag("alpha", "s"), j.ID)
+			require.NoError(t, err)
+			require.Equal(t, bgjobs.StatusCompleted, row.Status)
+			require.Equal(t, tc.wantHold, row.HoldForIndex)
+		})
+	}
+}
+
+// plainJob writes a row with no batch: a one-member batch's row, its
+// batch field then cleared by hand (the store writes plain rows only
+// together with their asynq task).
+func (b *testBundle) plainJob(t *testing.T, waiting bool) *bgjobs.Job {
+	t.Helper()
+	j := b.job(t, "s", nil)
+	key := b.s.Keys().Job(bgjobs.Tag("alpha", "s"), j.ID)
+	require.NoError(t, b.rdb.HDel(b.ctx, key, "batch_id").Err())
+	if waiting {
+		require.NoError(t, b.rdb.HSet(b.ctx, key, "wait_until", now.Add(time.Minute).UnixMilli()).Err())
+	}
+	j.BatchID = nil
+	return j
+}
+
+func TestAckRetryAndDeleteScripts(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		desc      string
+		settled   bool
+		status    bgjobs.Status
+		acked     bool
+		wantAck   bool
+		wantAckEr error
+		force     bool
+		wantRetry error
+		wantDel   error
+	}{
+		{desc: "running", wantAckEr: registry.ErrNotEnded, wantRetry: registry.ErrNotEnded, wantDel: registry.ErrNotEnded},
+		{desc: "completed", settled: true, status: bgjobs.StatusCompleted, wantAck: true, wantRetry: registry.ErrCompleted},
+		{desc: "completed, forced", settled: true, status: bgjobs.StatusCompleted, wantAck: true, force: true},
+		{desc: "failed, acked before", settled: true, status: bgjobs.StatusFailed, acked: true},
+	} {
+		t.Run(tc.desc, func(t *testing.T) {
+			t.Parallel()
+			b := setup(t)
+			j := b.plainJob(t, false)
+			tag := bgjobs.Tag("alpha", "s")
+			if tc.settled {
+				msg := "x"
+				_, err := b.settle(t, j, registry.Settlement{Outcome: bgjobs.Outcome{Status: tc.status, Error: &msg}})
+				require.NoError(t, err)
+			}
+			if tc.acked {
+				_, err := b.s.Ack(b.ctx, tag, j.ID, now)
+				require.NoError(t, err)
+			}
+			flipped, err := b.s.Ack(b.ctx, tag, j.ID, now)
+			require.ErrorIs(t, err, tc.wantAckEr)
+			require.Equal(t, tc.wantAck, flipped)
+			err = b.s.Retry(b.ctx, j, tc.force, now)
+			require.ErrorIs(t, err, tc.wantRetry)
+			if tc.settled && tc.wantRetry == nil {
+				row, err := b.s.Load(b.ctx, tag, j.ID)
+				require.NoError(t, err)
+				require.Equal(t, bgjobs.StatusQueued, row.Status)
+				require.Equal(t, 1, row.Generation)
+				require.False(t, row.Notified)
+				require.ErrorIs(t, b.s.Remove(b.ctx, j), registry.ErrNotEnded)
+				return
+			}
+			require.ErrorIs(t, b.s.Remove(b.ctx, j), tc.wantDel)
+			if tc.wantDel == nil {
+				require.ErrorIs(t, b.s.Remove(b.ctx, j), registry.ErrNoJob)
+			}
+		})
+	}
+}
+
+func TestDrainScript(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		desc      string
+		hold      bool // the settle marked the report hold-for-index
+		indexed   bool
+		holdOn    bool // an indexer runs
+		graceGone bool
+		idem      string
+		wantFirst int
+		wantAgain int
+	}{
+		{desc: "handed over once", wantFirst: 1},
+		{desc: "a repeat with its key replays", idem: "k1", wantFirst: 1, wantAgain: 1},
+		{desc: "held until indexed", hold: true, holdOn: true, wantFirst: 0},
+		{desc: "indexed, handed over", hold: true, indexed: true, holdOn: true, wantFirst: 1},
+		{desc: "no indexer, handed over", hold: true, wantFirst: 1},
+		{desc: "grace gone, handed over", hold: true, holdOn: true, graceGone: true, wantFirst: 1},
+	} {
+		t.Run(tc.desc, func(t *testing.T) {
+			t.Parallel()
+			b := setup(t)
+			j := b.plainJob(t, false)
+			tag := bgjobs.Tag("alpha", "s")
+			_, err := b.settle(t, j, registry.Settlement{Index: tc.hold, HoldForIndex: tc.hold})
+			require.NoError(t, err)
+			if tc.indexed {
+				_, err := b.s.MarkIndexed(b.ctx, []registry.JobRef{{Tag: tag, ID: j.ID}})
+				require.NoError(t, err)
+			}
+			hold := registry.DrainHold{On: tc.holdOn, Since: now.Add(-time.Minute)}
+			if tc.graceGone {
+				hold.Since = now.Add(time.Second)
+			}
+			first, err := b.s.Drain(b.ctx, tag, tc.idem, now, hold)
+			require.NoError(t, err)
+			require.Len(t, first, tc.wantFirst)
+			again, err := b.s.Drain(b.ctx, tag, tc.idem, now, hold)
+			require.NoError(t, err)
+			require.Len(t, again, tc.wantAgain)
+			if tc.wantFirst == 1 {
+				require.Equal(t, j.ID, first[0].ID)
+				require.Equal(t, "report", *first[0].Result)
+			}
+		})
+	}
+}
+
+func TestStormScripts(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	tag := bgjobs.Tag("alpha", "s")
+	lead, merged := b.plainJob(t, false), b.plainJob(t, false)
+	window := time.Second
+	for _, tc := range []struct {
+		desc     string
+		j        *bgjobs.Job
+		at       time.Time
+		wantSend bool
+		wantWait time.Duration
+	}{
+		{desc: "the first goes at once", j: lead, at: now, wantSend: true, wantWait: window},
+		{desc: "the next merges behind the window", j: merged, at: now.Add(200 * time.Millisecond), wantWait: 800 * time.Millisecond},
+		{desc: "a repeat of the first is answered the same", j: lead, at: now.Add(300 * time.Millisecond), wantSend: true, wantWait: window},
+		{desc: "a repeat of the merged is answered the same", j: merged, at: now.Add(400 * time.Millisecond), wantWait: 600 * time.Millisecond},
+	} {
+		send, wait, err := b.s.StormGate(b.ctx, tag, tc.j.ID, 0, tc.at, window)
+		require.NoError(t, err, tc.desc)
+		require.Equal(t, tc.wantSend, send, tc.desc)
+		require.Equal(t, tc.wantWait, wait, tc.desc)
+	}
+	_, ok, left, err := b.s.StormFlush(b.ctx, tag, now.Add(500*time.Millisecond), window, false)
+	require.NoError(t, err)
+	require.False(t, ok)
+	require.Equal(t, 500*time.Millisecond, left, "the window is still open")
+	e, ok, _, err := b.s.StormFlush(b.ctx, tag, now.Add(window), window, false)
+	require.NoError(t, err)
+	require.True(t, ok)
+	require.Equal(t, registry.Entry{Kind: registry.EntryMerged, Ref: merged.ID, At: now.Add(window).UnixMilli()}, e)
+}
+
+func TestBusyJoinLeaseAndWaitScripts(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	tag := bgjobs.Tag("alpha", "s")
+
+	// Busy: a resume is held; a lapse before the lease ends changes
+	// nothing; idle with something undrained records one fold.
+	require.NoError(t, b.s.SetBusy(b.ctx, tag, now.Add(time.Minute), 2*time.Minute))
+	held, err := b.s.HoldIfBusy(b.ctx, tag, "bg-000000000abc", now)
+	require.NoError(t, err)
+	require.True(t, held)
+	ended, folded, err := b.s.EndBusy(b.ctx, tag, now, true)
+	require.NoError(t, err)
+	require.Equal(t, []bool{false, false}, []bool{ended, folded})
+	j := b.plainJob(t, false)
+	_, err = b.settle(t, j, registry.Settlement{})
+	require.NoError(t, err)
+	ended, folded, err = b.s.EndBusy(b.ctx, tag, now, false)
+	require.NoError(t, err)
+	require.Equal(t, []bool{true, true}, []bool{ended, folded})
+	out, err := b.s.Outbox(b.ctx, tag)
+	require.NoError(t, err)
+	require.Equal(t, []string{"f"}, kinds(out))
+	held, err = b.s.HoldIfBusy(b.ctx, tag, "bg-000000000abc", now)
+	require.NoError(t, err)
+	require.False(t, held)
+
+	// The straggler's claim: once.
+	bid := "bt-0000000000aa"
+	require.NoError(t, b.s.CreateBatch(b.ctx, tag, bid, []*bgjobs.Job{{ID: "bg-0000000000aa", Agent: "alpha", OriginSession: "s", BatchID: &bid, CreatedAt: now}}, now))
+	for i, want := range []bool{true, false} {
+		joined, err := b.s.ForceJoin(b.ctx, tag, bid, now)
+		require.NoError(t, err)
+		require.Equal(t, want, joined, "force join %d", i)
+	}
+	batch, err := b.s.LoadBatch(b.ctx, tag, bid)
+	require.NoError(t, err)
+	require.True(t, batch.Joined && batch.Partial)
+
+	// The maintenance lease: one holder at a time.
+	for _, tc := range []struct {
+		holder string
+		want   bool
+	}{{"a", true}, {"b", false}, {"a", true}} {
+		ok, err := b.s.HoldLease(b.ctx, "m", tc.holder, time.Minute)
+		require.NoError(t, err)
+		require.Equal(t, tc.want, ok, tc.holder)
+	}
+	b.s.ReleaseLease(b.ctx, "m", "a")
+	ok, err := b.s.HoldLease(b.ctx, "m", "b", time.Minute)
+	require.NoError(t, err)
+	require.True(t, ok)
+
+	// A waiter: take once ended, or hand the announcement back.
+	for _, tc := range []struct {
+		desc string
+		take bool
+		want registry.WaitEnd
+	}{{"take", true, registry.WaitTaken}, {"let go", false, registry.WaitHandedBack}} {
+		w := b.plainJob(t, true)
+		_, err := b.settle(t, w, registry.Settlement{Announce: true})
+		require.NoError(t, err)
+		got, err := b.s.ReleaseWait(b.ctx, tag, w.ID, tc.take, now)
+		require.NoError(t, err)
+		require.Equal(t, tc.want, got, tc.desc)
+	}
+}
