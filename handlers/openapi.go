@@ -14,10 +14,6 @@ type obj = map[string]any
 
 func ref(name string) obj { return obj{"$ref": "#/components/schemas/" + name} }
 
-func jsonBody(schema obj) obj {
-	return obj{"content": obj{"application/json": obj{"schema": schema}}}
-}
-
 func resp(desc string, schema obj) obj {
 	r := obj{"description": desc}
 	if schema != nil {
