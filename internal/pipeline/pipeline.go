@@ -156,19 +156,7 @@ func (w *Writer) Add(op Op) {
 
 func (w *Writer) syncLoop() {
 	for first := range w.sync {
-		batch := []*request{first}
-	gather:
-		for len(batch) < syncMax {
-			select {
-			case r, ok := <-w.sync:
-				if !ok {
-					break gather
-				}
-				batch = append(batch, r)
-			default:
-				break gather
-			}
-		}
+		batch := gather(w.sync, first, syncMax)
 		ctx := context.Background()
 		// Per-command errors land in each command; Exec's own error is the
 		// first of them, so it is not needed here.
@@ -186,19 +174,7 @@ func (w *Writer) syncLoop() {
 
 func (w *Writer) asyncLoop() {
 	for op := range w.async {
-		batch := []Op{op}
-	gather:
-		for len(batch) < asyncMax {
-			select {
-			case next, ok := <-w.async:
-				if !ok {
-					break gather
-				}
-				batch = append(batch, next)
-			default:
-				break gather
-			}
-		}
+		batch := gather(w.async, op, asyncMax)
 		ctx := context.Background()
 		if _, err := w.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 			for _, op := range batch {
@@ -209,6 +185,24 @@ func (w *Writer) asyncLoop() {
 			w.log.Warn("follow-up writes", slog.Int("count", len(batch)), slog.Any("err", err))
 		}
 	}
+}
+
+// gather returns first and whatever else is already queued on ch, up to
+// max: what waited while the last pipeline was on the wire.
+func gather[T any](ch <-chan T, first T, max int) []T {
+	batch := []T{first}
+	for len(batch) < max {
+		select {
+		case next, ok := <-ch:
+			if !ok {
+				return batch
+			}
+			batch = append(batch, next)
+		default:
+			return batch
+		}
+	}
+	return batch
 }
 
 // ErrCmd is a command that failed before it was sent.
