@@ -53,12 +53,10 @@ func Example_embeddedWorkKind() {
 	if err != nil {
 		panic(err)
 	}
-	for {
-		j, _ := m.Get(ctx, "default", job.ID)
-		if j.Status.Terminal() {
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+		if j, _ := m.Get(ctx, "default", job.ID); j.Status.Terminal() {
 			break
 		}
-		time.Sleep(10 * time.Millisecond)
 	}
 	notes, _ := m.Drain(ctx, "default", "chat-1", "")
 	for _, n := range notes {

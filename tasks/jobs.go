@@ -152,20 +152,23 @@ func (m *Manager) Purge(ctx context.Context, req PurgeRequest) ([]*bgjobs.Job, e
 		}
 		for i, j := range jobs {
 			if j == nil {
-				m.store.Unlist(m.store.Keys().AgentJobs(agent), ids[i])
+				m.store.Unlist(registry.JobList{Agent: agent}, ids[i])
 				continue
 			}
 			if !purgeable(j, req, cutoff) {
 				continue
 			}
+			if !req.DryRun {
+				err := m.store.Remove(ctx, j)
+				if errors.Is(err, registry.ErrNoJob) || errors.Is(err, registry.ErrNotEnded) {
+					continue // deleted or retried since it was read: not ours to purge
+				}
+				if err != nil {
+					return out, err
+				}
+				m.eng.DeleteTask(j)
+			}
 			out = append(out, j)
-			if req.DryRun {
-				continue
-			}
-			if err := m.store.Remove(ctx, j); err != nil && !errors.Is(err, registry.ErrNoJob) {
-				return out, err
-			}
-			m.eng.DeleteTask(j)
 		}
 	}
 	return out, nil

@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/bgjobs/bgjobs"
+	"github.com/bgjobs/bgjobs/tasks/internal/registry"
 )
 
 // ListRequest filters the caller's jobs, newest first.
@@ -46,12 +47,12 @@ func (m *Manager) List(ctx context.Context, req ListRequest) ([]*bgjobs.Job, str
 	if req.BatchID != "" && !bgjobs.ValidBatchID(req.BatchID) {
 		return nil, "", bgjobs.FieldError("batch_id", "batch ids look like bt-0123456789ab")
 	}
-	key := m.store.Keys().AgentJobs(req.Agent)
+	list := registry.JobList{Agent: req.Agent}
 	if req.Session != "" {
 		if err := bgjobs.CheckSession("session", req.Session); err != nil {
 			return nil, "", err
 		}
-		key = m.store.Keys().SessionJobs(bgjobs.Tag(req.Agent, req.Session))
+		list.Session = req.Session
 	}
 	max, afterID := "+inf", ""
 	if req.Cursor != "" {
@@ -65,7 +66,7 @@ func (m *Manager) List(ctx context.Context, req ListRequest) ([]*bgjobs.Job, str
 	scanned := 0
 	lastScore, lastID := "", ""
 	for scanned < listScanBudget {
-		zs, err := m.store.ListPage(ctx, key, max, 100)
+		zs, err := m.store.ListPage(ctx, list, max, 100)
 		if err != nil {
 			return nil, "", err
 		}
@@ -95,7 +96,7 @@ func (m *Manager) List(ctx context.Context, req ListRequest) ([]*bgjobs.Job, str
 			lastScore, lastID = scores[i], id
 			j := rows[i]
 			if j == nil || j.Agent != req.Agent {
-				m.store.Unlist(key, id) // expired after notification
+				m.store.Unlist(list, id) // expired after notification
 				continue
 			}
 			if (req.Status != "" && string(j.Status) != req.Status) ||

@@ -75,8 +75,7 @@ func NewManager(rdb redis.UniversalClient, cfg bgjobs.Config, d Deps) *Manager {
 	_ = w.Start(context.Background())
 	store := registry.New(rdb, w, cfg.Namespace, cfg.Retention)
 	eng := engine.New(asynq.NewClientFromRedisClient(w.AsynqClient()), asynq.NewInspectorFromRedisClient(rdb), cfg.Namespace, cfg.RunTimeout)
-	coalesce := cfg.ResumeCoalesce
-	follow := followup.New(followup.Config{NoAutoResume: cfg.NoAutoResume, ResumeCoalesce: coalesce,
+	follow := followup.New(followup.Config{NoAutoResume: cfg.NoAutoResume, ResumeCoalesce: cfg.ResumeCoalesce,
 		BatchJoinTimeout: cfg.BatchJoinTimeout, SummaryChars: cfg.SummaryChars},
 		followup.Deps{Store: store, Engine: eng, Resumer: d.Resumer, Now: d.Now, Log: d.Logger})
 	_ = follow.Start(context.Background())

@@ -87,11 +87,10 @@ func (m *Maintainer) Start(ctx context.Context) error {
 // Stop ends the loop, waits for a sweep in progress, and hands the lease
 // on.
 func (m *Maintainer) Stop() {
-	if m.stop == nil {
-		return
+	if m.stop != nil {
+		m.stop()
+		m.wg.Wait()
 	}
-	m.stop()
-	m.wg.Wait()
 	m.Store.ReleaseLease(context.Background(), leaseName, m.holder)
 }
 

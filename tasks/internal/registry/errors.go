@@ -19,6 +19,21 @@ var (
 	ErrCompleted = errors.New("job completed")
 )
 
+// codeErr maps the negative codes the scripts share to their errors: -1 no
+// such row, -2 not ended, -3 completed (retry without force). Other codes
+// are no error.
+func codeErr(code int64) error {
+	switch code {
+	case -1:
+		return ErrNoJob
+	case -2:
+		return ErrNotEnded
+	case -3:
+		return ErrCompleted
+	}
+	return nil
+}
+
 // unavailable wraps a Redis failure as the 503 a client can retry.
 func unavailable(op string, err error) error {
 	if err == nil {

@@ -3,7 +3,6 @@ package registry
 import (
 	"context"
 	"errors"
-	"strconv"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -92,61 +91,4 @@ func (s *Store) HoldLease(ctx context.Context, name, holder string, ttl time.Dur
 // ReleaseLease frees the named lease if holder has it.
 func (s *Store) ReleaseLease(ctx context.Context, name, holder string) {
 	_ = s.w.Script(ctx, releaseLockCmd, []string{s.k.lease(name)}, holder).Err()
-}
-
-// AcquireTurn takes (or renews) a slot of the global turn cap for a job,
-// dropping lapsed slots first (acquireTurnCmd). It reports whether the
-// job holds a slot.
-func (s *Store) AcquireTurn(ctx context.Context, id string, now time.Time, lease time.Duration, limit int) (bool, error) {
-	n, err := acquireTurnCmd.Run(ctx, s.rdb, []string{s.k.turnSem()}, id, now.UnixMilli(), now.Add(lease).UnixMilli(), limit).Int()
-	return n == 1, err
-}
-
-// RenewTurn extends a job's held slot to expiry.
-func (s *Store) RenewTurn(ctx context.Context, id string, expiry time.Time) error {
-	return renewTurnCmd.Run(ctx, s.rdb, []string{s.k.turnSem()}, id, expiry.UnixMilli()).Err()
-}
-
-// ReleaseTurn frees a job's slot.
-func (s *Store) ReleaseTurn(ctx context.Context, id string) {
-	s.rdb.ZRem(ctx, s.k.turnSem(), id)
-}
-
-// ListPage reads up to count ids of a job list (agent or session), newest
-// first, with scores at most max ("+inf" or ms).
-func (s *Store) ListPage(ctx context.Context, key, max string, count int64) ([]ScoredID, error) {
-	zs, err := s.rdb.ZRevRangeByScoreWithScores(ctx, key, &redis.ZRangeBy{Max: max, Min: "-inf", Count: count}).Result()
-	if err != nil {
-		return nil, unavailable("list jobs", err)
-	}
-	out := make([]ScoredID, len(zs))
-	for i, z := range zs {
-		id, _ := z.Member.(string)
-		out[i] = ScoredID{ID: id, Score: strconv.FormatInt(int64(z.Score), 10)}
-	}
-	return out, nil
-}
-
-// ScoredID is a job list member: its id and score (ms, as text).
-type ScoredID struct{ ID, Score string }
-
-// Unlist drops an id from a job list (its row expired).
-func (s *Store) Unlist(key, id string) {
-	s.later(func(ctx context.Context, p redis.Pipeliner) { p.ZRem(ctx, key, id) })
-}
-
-// AgentsWithJobs lists the agents that have a job list.
-func (s *Store) AgentsWithJobs(ctx context.Context) ([]string, error) {
-	var out []string
-	iter := s.rdb.Scan(ctx, 0, s.k.agentJobsPattern(), 200).Iterator()
-	for iter.Next(ctx) {
-		out = append(out, s.k.agentOfKey(iter.Val(), "agent:", ":jobs"))
-	}
-	return out, unavailable("list agents", iter.Err())
-}
-
-// AgentJobsBefore lists an agent's job ids created before cutoff.
-func (s *Store) AgentJobsBefore(ctx context.Context, agent string, cutoff time.Time) ([]string, error) {
-	ids, err := s.rdb.ZRangeByScore(ctx, s.k.AgentJobs(agent), &redis.ZRangeBy{Min: "-inf", Max: ms(cutoff)}).Result()
-	return ids, unavailable("list jobs", err)
 }

@@ -38,24 +38,15 @@ func setup(t *testing.T) *testBundle {
 
 var now = time.UnixMilli(1_800_000_000_000)
 
-// job writes a queued row (through a one-member batch when batch is set,
-// else through a batch of its own: CreateBatch is the row writer that
-// needs no asynq enqueue).
-func (b *testBundle) job(t *testing.T, session string, edit func(j *bgjobs.Job)) *bgjobs.Job {
+// job writes a queued row of a one-member batch (CreateBatch is the row
+// writer that needs no asynq enqueue; plainJob clears the batch).
+func (b *testBundle) job(t *testing.T) *bgjobs.Job {
 	t.Helper()
 	b.n++
-	j := &bgjobs.Job{ID: fmt.Sprintf("bg-%012x", b.n), Agent: "alpha", OriginSession: session, Kind: bgjobs.KindTurn,
-		Description: "d", Status: bgjobs.StatusQueued, CreatedAt: now}
-	if edit != nil {
-		edit(j)
-	}
 	bid := fmt.Sprintf("bt-%012x", b.n)
-	if j.BatchID == nil {
-		// A batch of one member joins on its own settle; the tests that
-		// look at plain announcements use plainJob.
-		j.BatchID = &bid
-	}
-	require.NoError(t, b.s.CreateBatch(b.ctx, bgjobs.Tag(j.Agent, session), *j.BatchID, []*bgjobs.Job{j}, now))
+	j := &bgjobs.Job{ID: fmt.Sprintf("bg-%012x", b.n), Agent: "alpha", OriginSession: "s", Kind: bgjobs.KindTurn,
+		Description: "d", Status: bgjobs.StatusQueued, BatchID: &bid, CreatedAt: now}
+	require.NoError(t, b.s.CreateBatch(b.ctx, bgjobs.Tag("alpha", "s"), bid, []*bgjobs.Job{j}, now))
 	return j
 }
 
@@ -96,7 +87,7 @@ func TestStartScript(t *testing.T) {
 		t.Run(tc.desc, func(t *testing.T) {
 			t.Parallel()
 			b := setup(t)
-			j := b.job(t, "s", nil)
+			j := b.job(t)
 			tag := bgjobs.Tag("alpha", "s")
 			if tc.missing {
 				tag = bgjobs.Tag("alpha", "elsewhere")
@@ -188,7 +179,7 @@ func TestSettleScript(t *testing.T) {
 // together with their asynq task).
 func (b *testBundle) plainJob(t *testing.T, waiting bool) *bgjobs.Job {
 	t.Helper()
-	j := b.job(t, "s", nil)
+	j := b.job(t)
 	key := b.s.Keys().Job(bgjobs.Tag("alpha", "s"), j.ID)
 	require.NoError(t, b.rdb.HDel(b.ctx, key, "batch_id").Err())
 	if waiting {

@@ -183,10 +183,10 @@ func (s *Store) Start(ctx context.Context, tag, id string, now time.Time) (Start
 		return Started{}, fmt.Errorf("start: unexpected reply %v", res)
 	}
 	code, _ := res[0].(int64)
-	switch code {
-	case -1:
-		return Started{}, ErrNoJob
-	case 0:
+	if err := codeErr(code); err != nil {
+		return Started{}, err
+	}
+	if code == 0 {
 		return Started{}, ErrEnded
 	}
 	attempt, _ := res[1].(int64)
@@ -235,10 +235,11 @@ func (s *Store) Settle(ctx context.Context, st Settlement) ([]Entry, error) {
 	if len(reply) == 0 {
 		return nil, fmt.Errorf("settle: empty reply")
 	}
-	switch code, _ := reply[0].(int64); code {
-	case -1:
-		return nil, ErrNoJob
-	case 0:
+	code, _ := reply[0].(int64)
+	if err := codeErr(code); err != nil {
+		return nil, err
+	}
+	if code == 0 {
 		return nil, ErrEnded
 	}
 	entries := make([]Entry, 0, len(reply)-1)
@@ -260,16 +261,14 @@ func (s *Store) Ack(ctx context.Context, tag, id string, now time.Time) (bool, e
 	if err != nil {
 		return false, unavailable("ack", err)
 	}
-	switch n {
-	case -1:
-		return false, ErrNoJob
-	case -2:
-		return false, ErrNotEnded
+	if err := codeErr(n); err != nil {
+		return false, err
 	}
 	return n == 1, nil
 }
 
-// Remove deletes an ended job (deleteCmd) and its index entries.
+// Remove deletes an ended job (deleteCmd), then its index entries as a
+// follow-up: should those be lost, the index sweep drops them.
 // ErrNoJob, ErrNotEnded.
 func (s *Store) Remove(ctx context.Context, j *bgjobs.Job) error {
 	tag := bgjobs.Tag(j.Agent, j.OriginSession)
@@ -277,34 +276,27 @@ func (s *Store) Remove(ctx context.Context, j *bgjobs.Job) error {
 	if err != nil {
 		return unavailable("delete job", err)
 	}
-	switch n {
-	case -1:
-		return ErrNoJob
-	case -2:
-		return ErrNotEnded
+	if err := codeErr(n); err != nil {
+		return err
 	}
-	return unavailable("delete job", s.do(ctx, func(ctx context.Context, p redis.Pipeliner) {
+	s.later(func(ctx context.Context, p redis.Pipeliner) {
 		p.ZRem(ctx, s.k.AgentJobs(j.Agent), j.ID)
 		p.HDel(ctx, s.k.JobIndex(), j.ID)
 		p.ZRem(ctx, s.k.active(), j.ID)
-	}))
+	})
+	return nil
 }
 
 // Retry re-arms an ended job for a new attempt (retryCmd) and puts it back
 // on the reconciler's list. ErrNoJob, ErrNotEnded, ErrCompleted.
 func (s *Store) Retry(ctx context.Context, j *bgjobs.Job, force bool, now time.Time) error {
 	tag := bgjobs.Tag(j.Agent, j.OriginSession)
-	n, err := s.w.Script(ctx, retryCmd, []string{s.k.Job(tag, j.ID), s.k.Pending(tag)}, boolStr(force), s.k.sessionPrefix(tag)).Int()
+	n, err := s.w.Script(ctx, retryCmd, []string{s.k.Job(tag, j.ID), s.k.Pending(tag)}, boolStr(force), s.k.sessionPrefix(tag)).Int64()
 	if err != nil {
 		return unavailable("retry", err)
 	}
-	switch n {
-	case -1:
-		return ErrNoJob
-	case -2:
-		return ErrNotEnded
-	case -3:
-		return ErrCompleted
+	if err := codeErr(n); err != nil {
+		return err
 	}
 	return unavailable("retry", s.do(ctx, func(ctx context.Context, p redis.Pipeliner) {
 		p.ZAdd(ctx, s.k.active(), redis.Z{Score: float64(now.UnixMilli()), Member: j.ID})

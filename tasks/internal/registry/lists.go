@@ -1,0 +1,64 @@
+package registry
+
+import (
+	"context"
+	"strconv"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/bgjobs/bgjobs"
+)
+
+// The job lists: every job of an agent, and of a session, newest first.
+
+// JobList names a job list: an agent's, or one session's when Session is set.
+type JobList struct{ Agent, Session string }
+
+func (s *Store) listKey(l JobList) string {
+	if l.Session != "" {
+		return s.k.SessionJobs(bgjobs.Tag(l.Agent, l.Session))
+	}
+	return s.k.AgentJobs(l.Agent)
+}
+
+// ListPage reads up to count ids of a job list, newest first, with scores
+// at most max ("+inf" or ms).
+func (s *Store) ListPage(ctx context.Context, l JobList, max string, count int64) ([]ScoredID, error) {
+	key := s.listKey(l)
+	zs, err := s.rdb.ZRevRangeByScoreWithScores(ctx, key, &redis.ZRangeBy{Max: max, Min: "-inf", Count: count}).Result()
+	if err != nil {
+		return nil, unavailable("list jobs", err)
+	}
+	out := make([]ScoredID, len(zs))
+	for i, z := range zs {
+		id, _ := z.Member.(string)
+		out[i] = ScoredID{ID: id, Score: strconv.FormatInt(int64(z.Score), 10)}
+	}
+	return out, nil
+}
+
+// ScoredID is a job list member: its id and score (ms, as text).
+type ScoredID struct{ ID, Score string }
+
+// Unlist drops an id from a job list (its row expired).
+func (s *Store) Unlist(l JobList, id string) {
+	key := s.listKey(l)
+	s.later(func(ctx context.Context, p redis.Pipeliner) { p.ZRem(ctx, key, id) })
+}
+
+// AgentsWithJobs lists the agents that have a job list.
+func (s *Store) AgentsWithJobs(ctx context.Context) ([]string, error) {
+	var out []string
+	iter := s.rdb.Scan(ctx, 0, s.k.agentJobsPattern(), 200).Iterator()
+	for iter.Next(ctx) {
+		out = append(out, s.k.agentOfKey(iter.Val(), "agent:", ":jobs"))
+	}
+	return out, unavailable("list agents", iter.Err())
+}
+
+// AgentJobsBefore lists an agent's job ids created before cutoff.
+func (s *Store) AgentJobsBefore(ctx context.Context, agent string, cutoff time.Time) ([]string, error) {
+	ids, err := s.rdb.ZRangeByScore(ctx, s.k.AgentJobs(agent), &redis.ZRangeBy{Min: "-inf", Max: ms(cutoff)}).Result()
+	return ids, unavailable("list jobs", err)
+}
