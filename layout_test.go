@@ -25,15 +25,18 @@ func TestLayout(t *testing.T) {
 	const mod = "github.com/bgjobs/bgjobs"
 	// Who may import go-redis, and why.
 	allowed := map[string]string{
-		mod + "/tasks/internal/registry": "every command on bgjobs' keys",
-		mod + "/internal/pipeline":       "the batching writer and asynq's client",
-		mod + "/tasks":                   "NewManager takes the caller's client (the type only)",
-		mod + "/app":                     "opens the client",
-		mod + "/internal/redisconn":      "opens the client from a URL",
-		mod + "/internal/redisns":        "test and bench clean-up of a namespace",
-		mod + "/internal/testenv":        "test Redis spaces",
-		mod + "/internal/bench":          "raw asynq baseline and the bench's own Redis",
-		mod + "/search":                  "the search writer tails the reports stream",
+		mod + "/tasks/internal/registry":         "every command on bgjobs' keys: jobs, sessions, batches, outboxes",
+		mod + "/tasks/internal/registry/wake":    "the registry's session wake-up state",
+		mod + "/tasks/internal/registry/feeds":   "the registry's event and report streams",
+		mod + "/tasks/internal/registry/tenants": "the registry's agents and agent keys",
+		mod + "/internal/pipeline":               "the batching writer and asynq's client",
+		mod + "/tasks":                           "NewManager takes the caller's client (the type only)",
+		mod + "/app":                             "opens the client",
+		mod + "/internal/redisconn":              "opens the client from a URL",
+		mod + "/internal/redisns":                "test and bench clean-up of a namespace",
+		mod + "/internal/testenv":                "test Redis spaces",
+		mod + "/internal/bench":                  "raw asynq baseline and the bench's own Redis",
+		mod + "/search":                          "the search writer tails the reports stream",
 	}
 	sc := bufio.NewScanner(strings.NewReader(string(out)))
 	for sc.Scan() {
@@ -41,7 +44,7 @@ func TestLayout(t *testing.T) {
 		pkg, dir, imports, files := parts[0], parts[1], strings.Fields(parts[2]), strings.Fields(parts[3])
 		if slices.Contains(imports, "github.com/redis/go-redis/v9") {
 			if _, ok := allowed[pkg]; !ok {
-				t.Errorf("%s imports go-redis: bgjobs' Redis access belongs in tasks/internal/registry", pkg)
+				t.Errorf("%s imports go-redis: bgjobs' Redis access belongs in tasks/internal/registry and its sub-packages", pkg)
 			}
 		}
 		lines := 0
@@ -59,9 +62,9 @@ func TestLayout(t *testing.T) {
 				}
 			}
 		}
-		// The goal is about 1,500 lines a package; 2,000 fails the build.
+		// The goal is about 1,500 lines a package; past 1,600 fails.
 		switch {
-		case lines > 2000:
+		case lines > 1600:
 			t.Errorf("%s has %d lines (without tests): split it", pkg, lines)
 		case lines > 1500:
 			t.Logf("%s has %d lines (without tests): over the 1,500 goal", pkg, lines)

@@ -8,13 +8,14 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
-	"github.com/bgjobs/bgjobs"
 	"io"
 	"net/http"
 	"time"
 
 	"github.com/a2aproject/a2a-go/a2a"
 	"github.com/a2aproject/a2a-go/a2aclient"
+
+	"github.com/bgjobs/bgjobs"
 )
 
 // SignatureHeader carries a webhook body's HMAC-SHA256, as "sha256=<hex>".

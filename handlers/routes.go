@@ -8,6 +8,7 @@ import (
 	"github.com/labstack/echo/v4/middleware"
 
 	"github.com/bgjobs/bgjobs"
+	"github.com/bgjobs/bgjobs/handlers/openapi"
 	"github.com/bgjobs/bgjobs/tasks"
 	"github.com/bgjobs/bgjobs/web"
 )
@@ -50,7 +51,7 @@ func NewServer(cfg bgjobs.Config, d Deps) http.Handler {
 func addRoutes(e *echo.Echo, d Deps, auth *authenticator) {
 	m, mem := d.Manager, d.Memory
 	e.GET("/healthz", handleHealthz())
-	e.GET("/openapi.json", handleOpenAPI())
+	e.GET("/openapi.json", openapi.Handler())
 	if d.Metrics != nil {
 		e.GET("/metrics", echo.WrapHandler(d.Metrics))
 	}

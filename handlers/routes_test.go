@@ -9,7 +9,12 @@ import (
 
 	"github.com/labstack/echo/v4"
 	"github.com/stretchr/testify/require"
+
+	"github.com/bgjobs/bgjobs/handlers/openapi"
 )
+
+// obj is a JSON object of the document.
+type obj = map[string]any
 
 var echoParam = regexp.MustCompile(`:([a-z_]+)`)
 
@@ -19,7 +24,7 @@ func TestOpenAPICoversEveryRoute(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	e := NewServer(b.cfg, Deps{Manager: b.m, Metrics: http.NotFoundHandler(), MCP: http.NotFoundHandler(), Monitoring: http.NotFoundHandler()}).(*echo.Echo)
-	doc := openAPIDocument()
+	doc := openapi.Document()
 	paths := doc["paths"].(obj)
 
 	documented := map[string]bool{}

@@ -46,7 +46,7 @@ func (m *Manager) PutAgent(ctx context.Context, a *bgjobs.Agent) error {
 			return bgjobs.FieldError("subagent_types", "subagent type names are 1–64 characters")
 		}
 	}
-	if err := m.store.PutAgent(ctx, a); err != nil {
+	if err := m.tenants.PutAgent(ctx, a); err != nil {
 		return err
 	}
 	m.follow.ForgetAgent(a.Name)
@@ -58,7 +58,7 @@ func (m *Manager) GetAgent(ctx context.Context, name string) (*bgjobs.Agent, err
 	if err := bgjobs.CheckAgentName("name", name); err != nil {
 		return nil, err
 	}
-	a, err := m.store.GetAgent(ctx, name)
+	a, err := m.tenants.GetAgent(ctx, name)
 	if err != nil {
 		return nil, err
 	}
@@ -77,7 +77,7 @@ func (m *Manager) CreateKey(ctx context.Context, agent string) (string, error) {
 	var b [24]byte
 	_, _ = rand.Read(b[:])
 	key := "bgj_" + hex.EncodeToString(b[:])
-	if err := m.store.StoreKey(ctx, agent, key); err != nil {
+	if err := m.tenants.StoreKey(ctx, agent, key); err != nil {
 		return "", err
 	}
 	return key, nil
@@ -85,16 +85,16 @@ func (m *Manager) CreateKey(ctx context.Context, agent string) (string, error) {
 
 // RevokeKeys removes every stored key of agent and reports how many.
 func (m *Manager) RevokeKeys(ctx context.Context, agent string) (int, error) {
-	return m.store.RevokeKeys(ctx, agent)
+	return m.tenants.RevokeKeys(ctx, agent)
 }
 
 // AgentOfKey returns the agent a stored key belongs to, or "".
 func (m *Manager) AgentOfKey(ctx context.Context, key string) (string, error) {
-	return m.store.AgentOfKey(ctx, key)
+	return m.tenants.AgentOfKey(ctx, key)
 }
 
 // StoredKeyCount is how many keys are stored; a server with any requires
 // keys even when none are configured in its environment.
 func (m *Manager) StoredKeyCount(ctx context.Context) (int64, error) {
-	return m.store.KeyCount(ctx)
+	return m.tenants.KeyCount(ctx)
 }

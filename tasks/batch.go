@@ -73,7 +73,7 @@ func (m *Manager) SpawnBatch(ctx context.Context, agent, session string, specs [
 			}
 			e := bgjobs.JobEvent(bgjobs.EventStarted, j, bgjobs.StatusQueued, j.CreatedAt)
 			e.BatchID = res.BatchID
-			m.store.Publish(e)
+			m.feeds.Publish(e)
 		})
 	}
 	wg.Wait()

@@ -25,6 +25,9 @@ import (
 	"github.com/bgjobs/bgjobs/tasks/internal/followup"
 	"github.com/bgjobs/bgjobs/tasks/internal/maintenance"
 	"github.com/bgjobs/bgjobs/tasks/internal/registry"
+	"github.com/bgjobs/bgjobs/tasks/internal/registry/feeds"
+	"github.com/bgjobs/bgjobs/tasks/internal/registry/tenants"
+	"github.com/bgjobs/bgjobs/tasks/internal/registry/wake"
 )
 
 // Deps are what a Manager runs with besides Redis and its configuration.
@@ -45,16 +48,18 @@ type Deps struct {
 // Manager is the job API: spawn, read, cancel, ack, delete, drain, agents.
 // The HTTP handlers, the MCP tools and embedding programs all go through it.
 type Manager struct {
-	cfg    bgjobs.Config
-	writer *pipeline.Writer
-	store  *registry.Store
-	eng    *engine.Engine
-	follow *followup.Followups
-	maint  *maintenance.Maintainer
-	kinds  *Kinds
-	turns  bgjobs.TurnRunner
-	now    func() time.Time
-	log    *slog.Logger
+	cfg     bgjobs.Config
+	writer  *pipeline.Writer
+	store   *registry.Store
+	feeds   *feeds.Store
+	tenants *tenants.Store
+	eng     *engine.Engine
+	follow  *followup.Followups
+	maint   *maintenance.Maintainer
+	kinds   *Kinds
+	turns   bgjobs.TurnRunner
+	now     func() time.Time
+	log     *slog.Logger
 }
 
 // NewManager returns a running Manager on rdb. The caller owns rdb and
@@ -74,13 +79,15 @@ func NewManager(rdb redis.UniversalClient, cfg bgjobs.Config, d Deps) *Manager {
 	w := pipeline.New(rdb, d.Logger)
 	_ = w.Start(context.Background())
 	store := registry.New(rdb, w, cfg.Namespace, cfg.Retention)
+	streams := feeds.New(rdb, w, store.Keys())
+	agents := tenants.New(rdb, store.Keys())
 	eng := engine.New(asynq.NewClientFromRedisClient(w.AsynqClient()), asynq.NewInspectorFromRedisClient(rdb), cfg.Namespace, cfg.RunTimeout)
 	follow := followup.New(followup.Config{NoAutoResume: cfg.NoAutoResume, ResumeCoalesce: cfg.ResumeCoalesce,
 		BatchJoinTimeout: cfg.BatchJoinTimeout, SummaryChars: cfg.SummaryChars},
-		followup.Deps{Store: store, Engine: eng, Resumer: d.Resumer, Now: d.Now, Log: d.Logger})
+		followup.Deps{Store: store, Wake: wake.New(rdb, w, store.Keys()), Feeds: streams, Tenants: agents, Engine: eng, Resumer: d.Resumer, Now: d.Now, Log: d.Logger})
 	_ = follow.Start(context.Background())
 	return &Manager{
-		cfg: cfg, writer: w, store: store, eng: eng, follow: follow,
+		cfg: cfg, writer: w, store: store, feeds: streams, tenants: agents, eng: eng, follow: follow,
 		maint: maintenance.New(maintenance.Deps{Store: store, Engine: eng, Followups: follow,
 			Interval: cfg.ReconcileInterval, Now: d.Now, Log: d.Logger}),
 		kinds: d.Kinds, turns: d.Turns, now: d.Now, log: d.Logger,

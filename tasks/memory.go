@@ -8,10 +8,10 @@ import (
 )
 
 // ReportsStream is the Redis stream every search writer tails.
-func (m *Manager) ReportsStream() string { return m.store.ReportsStream() }
+func (m *Manager) ReportsStream() string { return m.feeds.ReportsStream() }
 
 // IndexerAliveKey is the key a running search writer keeps fresh.
-func (m *Manager) IndexerAliveKey() string { return m.store.IndexerAliveKey() }
+func (m *Manager) IndexerAliveKey() string { return m.feeds.IndexerAliveKey() }
 
 // AppendDocs adds documents to the reports stream and returns the id of the
 // last entry, which a writer's WaitFor can wait on.
@@ -24,7 +24,7 @@ func (m *Manager) AppendDocs(ctx context.Context, docs []search.Doc) (string, er
 		}
 		raw[i] = b
 	}
-	return m.store.AppendReports(ctx, raw)
+	return m.feeds.AppendReports(ctx, raw)
 }
 
 // MarkIndexed records that reports are searchable and moves on what waited

@@ -64,7 +64,7 @@ func (m *Manager) ProcessTask(ctx context.Context, t *asynq.Task) error {
 	m.log.Info("job running", slog.String("job_id", id), slog.String("agent", j.Agent), slog.Int64("attempt", st.Attempt))
 	e := bgjobs.JobEvent(bgjobs.EventRunning, j, bgjobs.StatusRunning, m.now())
 	e.Attempt = st.Attempt
-	m.store.Publish(e)
+	m.feeds.Publish(e)
 
 	runCtx, cancel := context.WithTimeout(ctx, m.cfg.RunTimeout)
 	defer cancel()
@@ -120,7 +120,7 @@ func (m *Manager) run(ctx context.Context, j *bgjobs.Job) (string, error) {
 		if m.turns == nil {
 			return "", errors.New("this process cannot run turns (no A2A runner)")
 		}
-		agent, err := m.store.GetAgent(ctx, j.Agent)
+		agent, err := m.tenants.GetAgent(ctx, j.Agent)
 		if err != nil {
 			return "", Retryable(err)
 		}
@@ -137,7 +137,7 @@ func (m *Manager) run(ctx context.Context, j *bgjobs.Job) (string, error) {
 				m.store.SetProgress(tag, j.ID, bgjobs.CutRunes(text, bgjobs.EventTextChars))
 				e := bgjobs.JobEvent(bgjobs.EventProgress, j, bgjobs.StatusRunning, m.now())
 				e.Seq, e.State, e.Text = seq, state, text
-				m.store.Publish(e)
+				m.feeds.Publish(e)
 			},
 		})
 	}

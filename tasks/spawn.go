@@ -72,7 +72,7 @@ func (m *Manager) Spawn(ctx context.Context, req SpawnRequest) (job *bgjobs.Job,
 		m.store.Forget(context.WithoutCancel(ctx), j)
 		return nil, false, bgjobs.Errorf(bgjobs.EUnavailable, "create job: %v", rowErr)
 	}
-	m.store.Publish(bgjobs.JobEvent(bgjobs.EventStarted, j, bgjobs.StatusQueued, j.CreatedAt))
+	m.feeds.Publish(bgjobs.JobEvent(bgjobs.EventStarted, j, bgjobs.StatusQueued, j.CreatedAt))
 	metrics.Spawned.WithLabelValues(string(j.Kind)).Inc()
 	m.log.Info("job spawned", slog.String("job_id", j.ID), slog.String("agent", j.Agent), slog.String("kind", string(j.Kind)))
 	return j, false, nil
@@ -114,7 +114,7 @@ func (m *Manager) checkSpawn(ctx context.Context, req SpawnRequest) (*bgjobs.Job
 		if req.Work != nil {
 			return nil, bgjobs.FieldError("work", "a turn job takes no work spec")
 		}
-		agent, err := m.store.GetAgent(ctx, req.Agent)
+		agent, err := m.tenants.GetAgent(ctx, req.Agent)
 		if err != nil {
 			return nil, err
 		}

@@ -2,11 +2,7 @@ package tasks
 
 import (
 	"context"
-	"errors"
-	"fmt"
-	"log/slog"
 	"sync"
-	"time"
 
 	"github.com/hibiken/asynq"
 
@@ -14,38 +10,9 @@ import (
 	"github.com/bgjobs/bgjobs/tasks/internal/followup"
 )
 
-const (
-	// followConcurrency is how many resumes one process delivers at once.
-	followConcurrency = 10
-	// controlConcurrency is how many timers one process runs at once.
-	controlConcurrency = 4
-	// workersPerFetcher and slotsPerFastFetcher split work concurrency
-	// over fetch loops (Config.MaxFetchLoops, Config.MaxFastFetchLoops).
-	workersPerFetcher   = 4
-	slotsPerFastFetcher = 16
-	// spareForwardInterval: moving due retries into the queue is the fast
-	// loops' job; a spare checks seldom, as a backstop.
-	spareForwardInterval = 10 * time.Second
-)
-
 // FetchSplit is how a process splits its work concurrency over at most
 // maxLoops fetch loops (asynq servers): the slots of each.
-func FetchSplit(concurrency, maxLoops int) []int {
-	fetchers := min(maxLoops, max(1, concurrency/workersPerFetcher))
-	split := make([]int, fetchers)
-	for i := range split {
-		split[i] = concurrency / fetchers
-		if i < concurrency%fetchers {
-			split[i]++
-		}
-	}
-	return split
-}
-
-// retryDelay backs off 1s, 2s, 4s … up to 5 minutes.
-func retryDelay(n int, _ error, _ *asynq.Task) time.Duration {
-	return min(time.Second<<min(n, 9), 5*time.Minute)
-}
+func FetchSplit(concurrency, maxLoops int) []int { return engine.FetchSplit(concurrency, maxLoops) }
 
 // Worker runs the asynq servers of one process (work, turns, resumes,
 // timers) and the elected maintenance sweeps.
@@ -63,42 +30,8 @@ func (m *Manager) NewWorker() *Worker {
 	mux.HandleFunc(engine.TypeResume, m.follow.ProcessResume)
 	mux.HandleFunc(engine.TypeStraggler, m.follow.ProcessStraggler)
 	mux.HandleFunc(engine.TypeLapse, m.follow.ProcessLapse)
-	cfg := m.cfg
-	base := asynq.Config{
-		TaskCheckInterval:        cfg.PollInterval,
-		DelayedTaskCheckInterval: time.Second,
-		ShutdownTimeout:          cfg.ShutdownTimeout,
-		RetryDelayFunc:           retryDelay,
-		Logger:                   asynqLogger{m.log.With(slog.String("component", "asynq"))},
-		LogLevel:                 asynq.WarnLevel,
-	}
-	server := func(queue string, concurrency int, poll time.Duration) asynq.Config {
-		c := base
-		c.Queues = map[string]int{m.eng.Queue(queue): 1}
-		c.Concurrency, c.TaskCheckInterval = concurrency, poll
-		return c
-	}
-	follow := server(QueueResume, followConcurrency, cfg.ResumePollInterval)
-	follow.IsFailure = func(err error) bool { return !errors.Is(err, followup.ErrNudgeInFlight) }
-	configs := []asynq.Config{
-		server(QueueTurns, cfg.TurnConcurrency, cfg.TurnPollInterval),
-		follow,
-		server(QueueControl, controlConcurrency, cfg.ControlPollInterval),
-	}
-	// The first few work loops poll an idle queue at PollInterval, the
-	// spares slowly: an idle process pays for a few fast pollers only, and
-	// a burst wakes the spares within SparePollInterval.
-	fast := min(cfg.MaxFastFetchLoops, max(1, cfg.WorkConcurrency/slotsPerFastFetcher))
-	for i, n := range FetchSplit(cfg.WorkConcurrency, cfg.MaxFetchLoops) {
-		work := server(QueueWork, n, cfg.PollInterval)
-		if i >= fast {
-			work.TaskCheckInterval = cfg.SparePollInterval
-			work.DelayedTaskCheckInterval = spareForwardInterval
-		}
-		configs = append(configs, work)
-	}
 	w := &Worker{m: m, mux: mux}
-	for _, c := range configs {
+	for _, c := range m.eng.ServerConfigs(m.cfg, m.log, followup.ErrNudgeInFlight) {
 		w.servers = append(w.servers, asynq.NewServerFromRedisClient(m.writer.AsynqClient(), c))
 	}
 	return w
@@ -125,12 +58,3 @@ func (w *Worker) Shutdown() {
 	wg.Wait()
 	w.m.maint.Stop()
 }
-
-// asynqLogger sends asynq's logs to slog.
-type asynqLogger struct{ l *slog.Logger }
-
-func (a asynqLogger) Debug(args ...any) { a.l.Debug(fmt.Sprint(args...)) }
-func (a asynqLogger) Info(args ...any)  { a.l.Info(fmt.Sprint(args...)) }
-func (a asynqLogger) Warn(args ...any)  { a.l.Warn(fmt.Sprint(args...)) }
-func (a asynqLogger) Error(args ...any) { a.l.Error(fmt.Sprint(args...)) }
-func (a asynqLogger) Fatal(args ...any) { a.l.Error(fmt.Sprint(args...)) }

@@ -2,13 +2,13 @@ package main
 
 import (
 	"context"
-	"github.com/bgjobs/bgjobs"
 	"regexp"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/bgjobs/bgjobs"
 	"github.com/bgjobs/bgjobs/internal/testenv"
 )
 

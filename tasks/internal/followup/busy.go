@@ -33,7 +33,7 @@ func (f *Followups) Busy(ctx context.Context, agent, session string, ttl time.Du
 	}
 	tag := bgjobs.Tag(agent, session)
 	expiry := f.now().Add(ttl)
-	if err := f.store.SetBusy(ctx, tag, expiry, ttl+time.Minute); err != nil {
+	if err := f.wake.SetBusy(ctx, tag, expiry, ttl+time.Minute); err != nil {
 		return err
 	}
 	err := f.eng.ArmTimer(ctx, engine.TypeLapse, "lapse:"+registry.Digest(tag)+":"+strconv.FormatInt(expiry.UnixMilli(), 10),
@@ -55,12 +55,12 @@ func (f *Followups) Idle(ctx context.Context, agent, session string) error {
 
 // IsBusy reports whether a session holds an unexpired busy lease.
 func (f *Followups) IsBusy(ctx context.Context, agent, session string) (bool, error) {
-	until, err := f.store.BusyUntil(ctx, bgjobs.Tag(agent, session))
+	until, err := f.wake.BusyUntil(ctx, bgjobs.Tag(agent, session))
 	return until.After(f.now()), err
 }
 
 func (f *Followups) endBusy(ctx context.Context, tag string, lapse bool) (bool, error) {
-	ended, folded, err := f.store.EndBusy(ctx, tag, f.now(), lapse)
+	ended, folded, err := f.wake.EndBusy(ctx, tag, f.now(), lapse)
 	if err != nil {
 		return false, err
 	}

@@ -14,6 +14,9 @@ import (
 	"github.com/bgjobs/bgjobs"
 	"github.com/bgjobs/bgjobs/tasks/internal/engine"
 	"github.com/bgjobs/bgjobs/tasks/internal/registry"
+	"github.com/bgjobs/bgjobs/tasks/internal/registry/feeds"
+	"github.com/bgjobs/bgjobs/tasks/internal/registry/tenants"
+	"github.com/bgjobs/bgjobs/tasks/internal/registry/wake"
 )
 
 // Config is the part of the service configuration follow-ups read.
@@ -30,8 +33,12 @@ type Config struct {
 
 // Deps are what follow-ups run with.
 type Deps struct {
-	Store  *registry.Store
-	Engine *engine.Engine
+	Store *registry.Store
+	Wake  *wake.Store
+	Feeds *feeds.Store
+	// Tenants are the agents' configurations (who takes resumes, where).
+	Tenants *tenants.Store
+	Engine  *engine.Engine
 	// Resumer sends resumes; nil in a process that cannot (it then leaves
 	// them queued for one that can).
 	Resumer bgjobs.Resumer
@@ -43,6 +50,8 @@ type Deps struct {
 type Followups struct {
 	cfg     Config
 	store   *registry.Store
+	wake    *wake.Store
+	feeds   *feeds.Store
 	eng     *engine.Engine
 	resumer bgjobs.Resumer
 	now     func() time.Time
@@ -54,8 +63,8 @@ type Followups struct {
 
 // New returns follow-ups; Start runs their timers.
 func New(cfg Config, d Deps) *Followups {
-	f := &Followups{cfg: cfg, store: d.Store, eng: d.Engine, resumer: d.Resumer, now: d.Now, log: d.Log}
-	f.agents = &agentCache{store: d.Store, ttl: 2 * time.Second, items: map[string]agentCacheItem{}}
+	f := &Followups{cfg: cfg, store: d.Store, wake: d.Wake, feeds: d.Feeds, eng: d.Engine, resumer: d.Resumer, now: d.Now, log: d.Log}
+	f.agents = &agentCache{store: d.Tenants, ttl: 2 * time.Second, items: map[string]agentCacheItem{}}
 	f.storm = &stormTimers{f: f}
 	return f
 }

@@ -8,6 +8,7 @@ import (
 
 	"github.com/bgjobs/bgjobs"
 	"github.com/bgjobs/bgjobs/tasks/internal/registry"
+	"github.com/bgjobs/bgjobs/tasks/internal/registry/tenants"
 )
 
 // The rules, each decided here and nowhere else.
@@ -77,7 +78,7 @@ func (f *Followups) indexerAlive(ctx context.Context) bool {
 	if time.Since(f.alive.at) < time.Second {
 		return f.alive.ok
 	}
-	ok, err := f.store.IndexerRunning(ctx)
+	ok, err := f.feeds.IndexerRunning(ctx)
 	f.alive.ok, f.alive.at = err == nil && ok, time.Now()
 	return f.alive.ok
 }
@@ -94,7 +95,7 @@ func (f *Followups) ForgetAgent(name string) { f.agents.forget(name) }
 // agentCache keeps agent configurations for a moment: every settle asks
 // whether its agent wants resumes, and the answer rarely changes.
 type agentCache struct {
-	store *registry.Store
+	store *tenants.Store
 	ttl   time.Duration
 	mu    sync.Mutex
 	items map[string]agentCacheItem

@@ -175,7 +175,7 @@ func (f *Followups) join(ctx context.Context, tag string, e registry.Entry) erro
 	}
 	agent, session := bgjobs.SplitTag(tag)
 	metrics.BatchJoins.WithLabelValues(strconv.FormatBool(b.Partial)).Inc()
-	f.store.Publish(bgjobs.Event{Type: bgjobs.EventBatchJoined, BatchID: b.ID, Agent: agent, OriginSession: session,
+	f.feeds.Publish(bgjobs.Event{Type: bgjobs.EventBatchJoined, BatchID: b.ID, Agent: agent, OriginSession: session,
 		Status: bgjobs.StatusCompleted, Counts: &b.Counts, Partial: b.Partial, At: f.now().UTC()})
 	if !f.mayWake(ctx, agent, session, false) {
 		return nil
@@ -203,7 +203,7 @@ func (f *Followups) index(ctx context.Context, tag string, e registry.Entry) err
 	if err != nil {
 		return err
 	}
-	_, err = f.store.AppendReports(ctx, [][]byte{doc})
+	_, err = f.feeds.AppendReports(ctx, [][]byte{doc})
 	return err
 }
 

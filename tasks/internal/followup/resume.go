@@ -46,7 +46,7 @@ func (f *Followups) ProcessResume(ctx context.Context, t *asynq.Task) error {
 		return nil
 	}
 	tag := bgjobs.Tag(p.Agent, p.Session)
-	held, err := f.store.HoldIfBusy(ctx, tag, p.Meta.Trigger, f.now())
+	held, err := f.wake.HoldIfBusy(ctx, tag, p.Meta.Trigger, f.now())
 	if err != nil {
 		return err
 	}
@@ -59,23 +59,23 @@ func (f *Followups) ProcessResume(ctx context.Context, t *asynq.Task) error {
 		return fmt.Errorf("%w: this process cannot send resumes", asynq.SkipRetry)
 	}
 	// One nudge in flight per session: a second waits its turn.
-	if ok, err := f.store.LockDelivery(ctx, tag, p.MessageID, inflightTTL); err != nil {
+	if ok, err := f.wake.LockDelivery(ctx, tag, p.MessageID, inflightTTL); err != nil {
 		return err
 	} else if !ok {
 		return ErrNudgeInFlight
 	}
-	defer f.store.UnlockDelivery(context.WithoutCancel(ctx), tag, p.MessageID)
+	defer f.wake.UnlockDelivery(context.WithoutCancel(ctx), tag, p.MessageID)
 	// A worker that died after sending but before asynq recorded the task
 	// done would send it again on recovery: the delivered mark, set the
 	// moment the agent answered, turns that repeat into a no-op.
-	if sent, err := f.store.Delivered(ctx, tag, p.MessageID); err != nil || sent {
+	if sent, err := f.wake.Delivered(ctx, tag, p.MessageID); err != nil || sent {
 		return err
 	}
 	if err := f.resumer.SendResume(ctx, a, p.Session, p.MessageID, p.Meta); err != nil {
 		metrics.Resumes.WithLabelValues("failed").Inc()
 		return err
 	}
-	if err := f.store.MarkDelivered(context.WithoutCancel(ctx), tag, p.MessageID, engine.ResumeRetention); err != nil {
+	if err := f.wake.MarkDelivered(context.WithoutCancel(ctx), tag, p.MessageID, engine.ResumeRetention); err != nil {
 		f.log.Warn("resume delivered but not marked", slog.String("message_id", p.MessageID), slog.Any("err", err))
 	}
 	metrics.Resumes.WithLabelValues("delivered").Inc()
@@ -83,7 +83,7 @@ func (f *Followups) ProcessResume(ctx context.Context, t *asynq.Task) error {
 		metrics.ResumeLatency.Observe(f.now().Sub(time.UnixMilli(p.Since)).Seconds())
 	}
 	f.log.Info("resume delivered", slog.String("session", p.Session), slog.String("message_id", p.MessageID))
-	f.store.Publish(bgjobs.Event{Type: bgjobs.EventResumed, JobID: soleJob(p.Meta.Jobs), Agent: p.Agent, OriginSession: p.Session,
+	f.feeds.Publish(bgjobs.Event{Type: bgjobs.EventResumed, JobID: soleJob(p.Meta.Jobs), Agent: p.Agent, OriginSession: p.Session,
 		Status: bgjobs.StatusCompleted, Trigger: p.Meta.Trigger, Counts: &p.Meta.Counts, At: f.now().UTC()})
 	return nil
 }

@@ -39,7 +39,7 @@ func (f *Followups) Settle(ctx context.Context, j *bgjobs.Job, o bgjobs.Outcome)
 	if o.Error != nil {
 		e.Error = *o.Error
 	}
-	f.store.Publish(e)
+	f.feeds.Publish(e)
 	// What cannot go yet (a report not yet searchable) or fails is moved on
 	// later by the indexer or the maintenance sweep.
 	for _, entry := range entries {

@@ -51,7 +51,7 @@ func (s *stormTimers) Stop() {
 // gate reports whether a singleton resume goes now; if not, the job waits
 // in the session's storm queue and a flush is scheduled.
 func (s *stormTimers) gate(ctx context.Context, tag string, j *bgjobs.Job) (bool, error) {
-	send, wait, err := s.f.store.StormGate(ctx, tag, j.ID, j.Generation, s.f.now(), s.f.cfg.ResumeCoalesce)
+	send, wait, err := s.f.wake.StormGate(ctx, tag, j.ID, j.Generation, s.f.now(), s.f.cfg.ResumeCoalesce)
 	if err != nil {
 		return false, err
 	}
@@ -81,7 +81,7 @@ func (s *stormTimers) schedule(tag string, after time.Duration) {
 func (s *stormTimers) flush(tag string, force bool) {
 	f := s.f
 	ctx := context.Background()
-	e, ok, left, err := f.store.StormFlush(ctx, tag, f.now(), f.cfg.ResumeCoalesce, force)
+	e, ok, left, err := f.wake.StormFlush(ctx, tag, f.now(), f.cfg.ResumeCoalesce, force)
 	if err != nil {
 		f.log.Warn("resume storm flush; the sweep retries", slog.String("tag", tag), slog.Any("err", err))
 		return

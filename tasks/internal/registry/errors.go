@@ -35,7 +35,11 @@ func codeErr(code int64) error {
 }
 
 // unavailable wraps a Redis failure as the 503 a client can retry.
-func unavailable(op string, err error) error {
+func unavailable(op string, err error) error { return Unavailable(op, err) }
+
+// Unavailable wraps a Redis failure as the 503 a client can retry; nil
+// stays nil.
+func Unavailable(op string, err error) error {
 	if err == nil {
 		return nil
 	}

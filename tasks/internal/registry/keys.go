@@ -51,38 +51,41 @@ func (k Keys) JobIndex() string                   { return k.NS + ":jobidx" }
 func (k Keys) jobIndexCursor() string             { return k.JobIndex() + ":cursor" }
 func (k Keys) sessionPrefix(tag string) string    { return k.session(tag) + ":" }
 func (k Keys) Outbox(tag string) string           { return k.session(tag) + ":outbox" }
-func (k Keys) busy(tag string) string             { return k.session(tag) + ":busy" }
-func (k Keys) held(tag string) string             { return k.session(tag) + ":held" }
+func (k Keys) Busy(tag string) string             { return k.session(tag) + ":busy" }
+func (k Keys) Held(tag string) string             { return k.session(tag) + ":held" }
 func (k Keys) batch(tag, id string) string        { return k.session(tag) + ":batch:" + id }
 func (k Keys) batchClaim(tag, id string) string   { return k.batch(tag, id) + ":claim" }
 func (k Keys) batchJobs(tag, id string) string    { return k.batch(tag, id) + ":jobs" }
 func (k Keys) batchIndex() string                 { return k.NS + ":batchidx" }
-func (k Keys) reports() string                    { return k.NS + ":reports" }
+func (k Keys) Reports() string                    { return k.NS + ":reports" }
 func (k Keys) IndexerAlive() string               { return k.NS + ":indexer" }
-func (k Keys) apiKeys() string                    { return k.NS + ":apikeys" }
+func (k Keys) APIKeys() string                    { return k.NS + ":apikeys" }
 func (k Keys) lease(name string) string           { return k.NS + ":lease:" + name }
-func (k Keys) stormWindow(tag string) string      { return k.session(tag) + ":stormwin" }
-func (k Keys) stormQueue(tag string) string       { return k.session(tag) + ":stormq" }
-func (k Keys) inflight(tag string) string         { return k.session(tag) + ":inflight" }
-func (k Keys) sent(tag, messageID string) string  { return k.session(tag) + ":sent:" + messageID }
+func (k Keys) StormWindow(tag string) string      { return k.session(tag) + ":stormwin" }
+func (k Keys) StormQueue(tag string) string       { return k.session(tag) + ":stormq" }
+func (k Keys) Inflight(tag string) string         { return k.session(tag) + ":inflight" }
+func (k Keys) Sent(tag, messageID string) string  { return k.session(tag) + ":sent:" + messageID }
 func (k Keys) active() string                     { return k.NS + ":active" }
 func (k Keys) turnSem() string                    { return k.NS + ":turnsem" }
-func (k Keys) agents() string                     { return k.NS + ":agents" }
-func (k Keys) agent(agent string) string          { return k.NS + ":agent:" + agent }
-func (k Keys) AgentJobs(agent string) string      { return k.agent(agent) + ":jobs" }
-func (k Keys) spawnIdem(agent, key string) string { return k.agent(agent) + ":idem:" + Digest(key) }
+func (k Keys) Agents() string                     { return k.NS + ":agents" }
+func (k Keys) Agent(agent string) string          { return k.NS + ":agent:" + agent }
+func (k Keys) AgentJobs(agent string) string      { return k.Agent(agent) + ":jobs" }
+func (k Keys) spawnIdem(agent, key string) string { return k.Agent(agent) + ":idem:" + Digest(key) }
 func (k Keys) EventStream(agent string) string    { return k.NS + ":events:" + agent + ":stream" }
 
 // Patterns and their parsers, for the sweeps that find sessions by key.
 func (k Keys) outboxPattern() string      { return k.NS + ":{*}:outbox" }
 func (k Keys) stormPattern() string       { return k.NS + ":{*}:stormq" }
 func (k Keys) agentJobsPattern() string   { return k.NS + ":agent:*:jobs" }
-func (k Keys) eventStreamPattern() string { return k.NS + ":events:*:stream" }
+func (k Keys) EventStreamPattern() string { return k.NS + ":events:*:stream" }
 
 // tagOfSessionKey returns the tag of a session-scoped key ending in suffix.
 func (k Keys) tagOfSessionKey(key, suffix string) string {
 	return strings.TrimSuffix(strings.TrimPrefix(key, k.NS+":{"), "}:"+suffix)
 }
+
+// AgentOfEventStream is EventStream's inverse.
+func (k Keys) AgentOfEventStream(key string) string { return k.agentOfKey(key, "events:", ":stream") }
 
 // agentOfKey returns the agent of <ns>:<mid><agent><suffix>.
 func (k Keys) agentOfKey(key, mid, suffix string) string {

@@ -90,5 +90,5 @@ func (s *Store) HoldLease(ctx context.Context, name, holder string, ttl time.Dur
 
 // ReleaseLease frees the named lease if holder has it.
 func (s *Store) ReleaseLease(ctx context.Context, name, holder string) {
-	_ = s.w.Script(ctx, releaseLockCmd, []string{s.k.lease(name)}, holder).Err()
+	_ = s.w.Script(ctx, leaseCmd, []string{s.k.lease(name)}, holder, 0).Err()
 }

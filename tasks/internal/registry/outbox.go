@@ -84,6 +84,12 @@ func (s *Store) OutboxSessions(ctx context.Context, fn func(tag string) error) e
 	return s.scanTags(ctx, s.k.outboxPattern(), "outbox", fn)
 }
 
+// StormSessions calls fn with the tag of every session with resumes
+// merging behind a storm window.
+func (s *Store) StormSessions(ctx context.Context, fn func(tag string) error) error {
+	return s.scanTags(ctx, s.k.stormPattern(), "stormq", fn)
+}
+
 // scanTags calls fn with the tag of every session key matching pattern.
 func (s *Store) scanTags(ctx context.Context, pattern, suffix string, fn func(tag string) error) error {
 	iter := s.rdb.Scan(ctx, 0, pattern, 500).Iterator()

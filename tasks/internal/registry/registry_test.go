@@ -291,65 +291,10 @@ func TestDrainScript(t *testing.T) {
 	}
 }
 
-func TestStormScripts(t *testing.T) {
+func TestJoinLeaseAndWaitScripts(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	tag := bgjobs.Tag("alpha", "s")
-	lead, merged := b.plainJob(t, false), b.plainJob(t, false)
-	window := time.Second
-	for _, tc := range []struct {
-		desc     string
-		j        *bgjobs.Job
-		at       time.Time
-		wantSend bool
-		wantWait time.Duration
-	}{
-		{desc: "the first goes at once", j: lead, at: now, wantSend: true, wantWait: window},
-		{desc: "the next merges behind the window", j: merged, at: now.Add(200 * time.Millisecond), wantWait: 800 * time.Millisecond},
-		{desc: "a repeat of the first is answered the same", j: lead, at: now.Add(300 * time.Millisecond), wantSend: true, wantWait: window},
-		{desc: "a repeat of the merged is answered the same", j: merged, at: now.Add(400 * time.Millisecond), wantWait: 600 * time.Millisecond},
-	} {
-		send, wait, err := b.s.StormGate(b.ctx, tag, tc.j.ID, 0, tc.at, window)
-		require.NoError(t, err, tc.desc)
-		require.Equal(t, tc.wantSend, send, tc.desc)
-		require.Equal(t, tc.wantWait, wait, tc.desc)
-	}
-	_, ok, left, err := b.s.StormFlush(b.ctx, tag, now.Add(500*time.Millisecond), window, false)
-	require.NoError(t, err)
-	require.False(t, ok)
-	require.Equal(t, 500*time.Millisecond, left, "the window is still open")
-	e, ok, _, err := b.s.StormFlush(b.ctx, tag, now.Add(window), window, false)
-	require.NoError(t, err)
-	require.True(t, ok)
-	require.Equal(t, registry.Entry{Kind: registry.EntryMerged, Ref: merged.ID, At: now.Add(window).UnixMilli()}, e)
-}
-
-func TestBusyJoinLeaseAndWaitScripts(t *testing.T) {
-	t.Parallel()
-	b := setup(t)
-	tag := bgjobs.Tag("alpha", "s")
-
-	// Busy: a resume is held; a lapse before the lease ends changes
-	// nothing; idle with something undrained records one fold.
-	require.NoError(t, b.s.SetBusy(b.ctx, tag, now.Add(time.Minute), 2*time.Minute))
-	held, err := b.s.HoldIfBusy(b.ctx, tag, "bg-000000000abc", now)
-	require.NoError(t, err)
-	require.True(t, held)
-	ended, folded, err := b.s.EndBusy(b.ctx, tag, now, true)
-	require.NoError(t, err)
-	require.Equal(t, []bool{false, false}, []bool{ended, folded})
-	j := b.plainJob(t, false)
-	_, err = b.settle(t, j, registry.Settlement{})
-	require.NoError(t, err)
-	ended, folded, err = b.s.EndBusy(b.ctx, tag, now, false)
-	require.NoError(t, err)
-	require.Equal(t, []bool{true, true}, []bool{ended, folded})
-	out, err := b.s.Outbox(b.ctx, tag)
-	require.NoError(t, err)
-	require.Equal(t, []string{"f"}, kinds(out))
-	held, err = b.s.HoldIfBusy(b.ctx, tag, "bg-000000000abc", now)
-	require.NoError(t, err)
-	require.False(t, held)
 
 	// The straggler's claim: once.
 	bid := "bt-0000000000aa"

@@ -1,7 +1,10 @@
-// Package registry owns bgjobs' Redis data: every key (keys.go), every Lua
-// script (scripts.go) and every command on those keys. Script outcomes
-// become typed errors here, once (errors.go). Nothing else in the project
-// touches bgjobs' keys.
+// Package registry owns bgjobs' Redis data: every key (keys.go), and the
+// scripts and commands of the job registry — rows, sessions, batches,
+// outboxes, lists, the turn cap, leases (scripts.go). Its sub-packages keep
+// the rest, on keys built here: wake (a session's busy lease, held nudges,
+// storm guard, delivery marks), feeds (the event and report streams) and
+// tenants (agents and their keys). Script outcomes become typed errors
+// here, once (errors.go). Nothing else in the project touches bgjobs' keys.
 //
 // Commands take one of two write paths, both through the process's
 // pipeline.Writer:

@@ -1,4 +1,8 @@
-package registry
+// Package wake keeps a session's wake-up state in Redis: the busy lease
+// and the nudges it holds, the resume storm guard, and the marks that keep
+// a resume's delivery single. Its keys come from registry.Keys, like every
+// other bgjobs key; its scripts are in scripts.go.
+package wake
 
 import (
 	"context"
@@ -6,24 +10,43 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/bgjobs/bgjobs/internal/pipeline"
+	"github.com/bgjobs/bgjobs/tasks/internal/registry"
 )
 
-// The session's wake-up state: the busy lease and the nudges it holds, the
-// resume storm guard, and the marks that keep a resume's delivery single.
+// Store is a session's wake-up state.
+type Store struct {
+	rdb redis.UniversalClient
+	w   *pipeline.Writer
+	k   registry.Keys
+}
+
+// New returns the wake-up state on rdb, writing through w, with keys k.
+func New(rdb redis.UniversalClient, w *pipeline.Writer, k registry.Keys) *Store {
+	return &Store{rdb: rdb, w: w, k: k}
+}
+
+func boolStr(b bool) string {
+	if b {
+		return "1"
+	}
+	return "0"
+}
 
 // SetBusy starts or extends a session's busy lease until expiry.
 func (s *Store) SetBusy(ctx context.Context, tag string, expiry time.Time, keyTTL time.Duration) error {
-	return unavailable("busy", s.w.Script(ctx, busyCmd, []string{s.k.busy(tag)}, expiry.UnixMilli(), int64(keyTTL.Seconds())).Err())
+	return registry.Unavailable("busy", s.w.Script(ctx, busyCmd, []string{s.k.Busy(tag)}, expiry.UnixMilli(), int64(keyTTL.Seconds())).Err())
 }
 
 // BusyUntil returns the end of a session's busy lease (zero when none).
 func (s *Store) BusyUntil(ctx context.Context, tag string) (time.Time, error) {
-	v, err := s.rdb.Get(ctx, s.k.busy(tag)).Int64()
+	v, err := s.rdb.Get(ctx, s.k.Busy(tag)).Int64()
 	if errors.Is(err, redis.Nil) {
 		return time.Time{}, nil
 	}
 	if err != nil {
-		return time.Time{}, unavailable("busy", err)
+		return time.Time{}, registry.Unavailable("busy", err)
 	}
 	return time.UnixMilli(v), nil
 }
@@ -36,10 +59,10 @@ func (s *Store) EndBusy(ctx context.Context, tag string, now time.Time, lapse bo
 	if lapse {
 		mode = "lapse"
 	}
-	res, err := s.w.Script(ctx, idleCmd, []string{s.k.busy(tag), s.k.held(tag), s.k.Pending(tag), s.k.Outbox(tag)},
+	res, err := s.w.Script(ctx, idleCmd, []string{s.k.Busy(tag), s.k.Held(tag), s.k.Pending(tag), s.k.Outbox(tag)},
 		now.UnixMilli(), mode).Int64Slice()
 	if err != nil || len(res) != 2 {
-		return false, false, unavailable("idle", err)
+		return false, false, registry.Unavailable("idle", err)
 	}
 	return res[0] == 1, res[1] == 1, nil
 }
@@ -47,14 +70,8 @@ func (s *Store) EndBusy(ctx context.Context, tag string, now time.Time, lapse bo
 // HoldIfBusy holds trigger for the session's coalesced nudge if the
 // session is busy (holdIfBusyCmd), and reports whether it did.
 func (s *Store) HoldIfBusy(ctx context.Context, tag, trigger string, now time.Time) (bool, error) {
-	n, err := s.w.Script(ctx, holdIfBusyCmd, []string{s.k.busy(tag), s.k.held(tag)}, now.UnixMilli(), trigger).Int()
-	return n == 1, unavailable("hold resume", err)
-}
-
-// PendingIDs lists up to n undrained jobs of a session, oldest first.
-func (s *Store) PendingIDs(ctx context.Context, tag string, n int64) ([]string, error) {
-	ids, err := s.rdb.ZRange(ctx, s.k.Pending(tag), 0, n-1).Result()
-	return ids, unavailable("read pending", err)
+	n, err := s.w.Script(ctx, holdIfBusyCmd, []string{s.k.Busy(tag), s.k.Held(tag)}, now.UnixMilli(), trigger).Int()
+	return n == 1, registry.Unavailable("hold resume", err)
 }
 
 // StormGate passes a singleton resume through the session's storm guard
@@ -62,10 +79,10 @@ func (s *Store) PendingIDs(ctx context.Context, tag string, n int64) ([]string, 
 // (or it had been let through before). Otherwise it waits in the storm
 // queue, and the window ends in wait.
 func (s *Store) StormGate(ctx context.Context, tag, jobID string, generation int, now time.Time, window time.Duration) (send bool, wait time.Duration, err error) {
-	n, err := s.w.Script(ctx, stormCmd, []string{s.k.stormWindow(tag), s.k.stormQueue(tag), s.k.Job(tag, jobID)},
+	n, err := s.w.Script(ctx, stormCmd, []string{s.k.StormWindow(tag), s.k.StormQueue(tag), s.k.Job(tag, jobID)},
 		jobID, now.UnixMilli(), window.Milliseconds(), generation).Int64()
 	if err != nil {
-		return false, 0, unavailable("storm guard", err)
+		return false, 0, registry.Unavailable("storm guard", err)
 	}
 	if n == 1 {
 		return true, window, nil
@@ -77,45 +94,39 @@ func (s *Store) StormGate(ctx context.Context, tag, jobID string, generation int
 // StormFlush ends a session's storm window (stormFlushCmd): what queued
 // behind it becomes one EntryMerged, returned with ok. If the window is
 // still open (and not force), left says for how long.
-func (s *Store) StormFlush(ctx context.Context, tag string, now time.Time, window time.Duration, force bool) (e Entry, ok bool, left time.Duration, err error) {
-	res, err := s.w.Script(ctx, stormFlushCmd, []string{s.k.stormWindow(tag), s.k.stormQueue(tag), s.k.Outbox(tag)},
+func (s *Store) StormFlush(ctx context.Context, tag string, now time.Time, window time.Duration, force bool) (e registry.Entry, ok bool, left time.Duration, err error) {
+	res, err := s.w.Script(ctx, stormFlushCmd, []string{s.k.StormWindow(tag), s.k.StormQueue(tag), s.k.Outbox(tag)},
 		now.UnixMilli(), window.Milliseconds(), boolStr(force)).Slice()
 	if err != nil || len(res) != 2 {
-		return Entry{}, false, 0, unavailable("storm flush", err)
+		return registry.Entry{}, false, 0, registry.Unavailable("storm flush", err)
 	}
 	raw, _ := res[0].(string)
 	wait, _ := res[1].(int64)
 	if raw == "" {
-		return Entry{}, false, time.Duration(wait) * time.Millisecond, nil
+		return registry.Entry{}, false, time.Duration(wait) * time.Millisecond, nil
 	}
-	return ParseEntry(raw, now.UnixMilli()), true, 0, nil
-}
-
-// StormSessions calls fn with the tag of every session with resumes
-// merging behind a storm window.
-func (s *Store) StormSessions(ctx context.Context, fn func(tag string) error) error {
-	return s.scanTags(ctx, s.k.stormPattern(), "stormq", fn)
+	return registry.ParseEntry(raw, now.UnixMilli()), true, 0, nil
 }
 
 // LockDelivery takes the session's one-delivery-at-a-time lock for message
 // id, for ttl. It reports whether the caller holds it.
 func (s *Store) LockDelivery(ctx context.Context, tag, messageID string, ttl time.Duration) (bool, error) {
-	ok, err := s.rdb.SetNX(ctx, s.k.inflight(tag), messageID, ttl).Result()
-	return ok, unavailable("resume lock", err)
+	ok, err := s.rdb.SetNX(ctx, s.k.Inflight(tag), messageID, ttl).Result()
+	return ok, registry.Unavailable("resume lock", err)
 }
 
 // UnlockDelivery frees the lock if messageID still holds it.
 func (s *Store) UnlockDelivery(ctx context.Context, tag, messageID string) {
-	_ = s.w.Script(ctx, releaseLockCmd, []string{s.k.inflight(tag)}, messageID).Err()
+	_ = s.w.Script(ctx, releaseLockCmd, []string{s.k.Inflight(tag)}, messageID).Err()
 }
 
 // Delivered reports whether resume messageID of the session was sent.
 func (s *Store) Delivered(ctx context.Context, tag, messageID string) (bool, error) {
-	n, err := s.rdb.Exists(ctx, s.k.sent(tag, messageID)).Result()
-	return n == 1, unavailable("resume mark", err)
+	n, err := s.rdb.Exists(ctx, s.k.Sent(tag, messageID)).Result()
+	return n == 1, registry.Unavailable("resume mark", err)
 }
 
 // MarkDelivered records that resume messageID was sent, for ttl.
 func (s *Store) MarkDelivered(ctx context.Context, tag, messageID string, ttl time.Duration) error {
-	return unavailable("resume mark", s.rdb.Set(ctx, s.k.sent(tag, messageID), "1", ttl).Err())
+	return registry.Unavailable("resume mark", s.rdb.Set(ctx, s.k.Sent(tag, messageID), "1", ttl).Err())
 }

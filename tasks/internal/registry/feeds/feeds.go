@@ -1,4 +1,7 @@
-package registry
+// Package feeds keeps bgjobs' two Redis streams: each agent's capped
+// event stream (for people: SSE, the console) and the reports stream every
+// search writer tails (for memory). Keys come from registry.Keys.
+package feeds
 
 import (
 	"context"
@@ -10,7 +13,21 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/bgjobs/bgjobs"
+	"github.com/bgjobs/bgjobs/internal/pipeline"
+	"github.com/bgjobs/bgjobs/tasks/internal/registry"
 )
+
+// Store holds the streams.
+type Store struct {
+	rdb redis.UniversalClient
+	w   *pipeline.Writer
+	k   registry.Keys
+}
+
+// New returns the streams on rdb, writing through w, with keys k.
+func New(rdb redis.UniversalClient, w *pipeline.Writer, k registry.Keys) *Store {
+	return &Store{rdb: rdb, w: w, k: k}
+}
 
 // EventStreamLen caps each agent's event stream, so a client reconnecting
 // with Last-Event-ID finds what it missed without the log growing forever.
@@ -28,7 +45,7 @@ func (s *Store) Publish(e bgjobs.Event) {
 		return
 	}
 	stream := s.k.EventStream(e.Agent)
-	s.later(func(ctx context.Context, p redis.Pipeliner) {
+	s.w.Add(func(ctx context.Context, p redis.Pipeliner) {
 		p.XAdd(ctx, &redis.XAddArgs{Stream: stream, MaxLen: EventStreamLen, Approx: true, Values: map[string]any{"type": e.Type, "data": data}})
 	})
 }
@@ -56,7 +73,7 @@ func (s *Store) ReadEvents(ctx context.Context, after map[string]string, block t
 	next := maps.Clone(after)
 	var out []bgjobs.StreamEvent
 	for _, st := range res {
-		agent := s.k.agentOfKey(st.Stream, "events:", ":stream")
+		agent := s.k.AgentOfEventStream(st.Stream)
 		for _, msg := range st.Messages {
 			typ, _ := msg.Values["type"].(string)
 			data, _ := msg.Values["data"].(string)
@@ -79,15 +96,15 @@ func (s *Store) LastEventID(ctx context.Context, agent string) (string, error) {
 // EventAgents lists the agents that have an event stream.
 func (s *Store) EventAgents(ctx context.Context) ([]string, error) {
 	var out []string
-	iter := s.rdb.Scan(ctx, 0, s.k.eventStreamPattern(), 200).Iterator()
+	iter := s.rdb.Scan(ctx, 0, s.k.EventStreamPattern(), 200).Iterator()
 	for iter.Next(ctx) {
-		out = append(out, s.k.agentOfKey(iter.Val(), "events:", ":stream"))
+		out = append(out, s.k.AgentOfEventStream(iter.Val()))
 	}
 	return out, iter.Err()
 }
 
 // ReportsStream is the Redis stream every search writer tails.
-func (s *Store) ReportsStream() string { return s.k.reports() }
+func (s *Store) ReportsStream() string { return s.k.Reports() }
 
 // IndexerAliveKey is the key a running search writer keeps fresh.
 func (s *Store) IndexerAliveKey() string { return s.k.IndexerAlive() }
@@ -96,9 +113,9 @@ func (s *Store) IndexerAliveKey() string { return s.k.IndexerAlive() }
 // the id of the last entry.
 func (s *Store) AppendReports(ctx context.Context, docs [][]byte) (string, error) {
 	cmds := make([]*redis.StringCmd, len(docs))
-	err := s.do(ctx, func(ctx context.Context, p redis.Pipeliner) {
+	err := s.w.Do(ctx, func(ctx context.Context, p redis.Pipeliner) {
 		for i, d := range docs {
-			cmds[i] = p.XAdd(ctx, &redis.XAddArgs{Stream: s.k.reports(), Values: map[string]any{"doc": d}})
+			cmds[i] = p.XAdd(ctx, &redis.XAddArgs{Stream: s.k.Reports(), Values: map[string]any{"doc": d}})
 		}
 	})
 	if err == nil {
@@ -109,7 +126,7 @@ func (s *Store) AppendReports(ctx context.Context, docs [][]byte) (string, error
 		}
 	}
 	if err != nil {
-		return "", unavailable("append to the reports stream", err)
+		return "", registry.Unavailable("append to the reports stream", err)
 	}
 	if len(cmds) == 0 {
 		return "", nil

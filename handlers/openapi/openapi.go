@@ -1,4 +1,7 @@
-package handlers
+// Package openapi is the OpenAPI 3 document of bgjobs' HTTP API, served
+// at /openapi.json. handlers/routes_test.go checks that every route is
+// documented and every documented path is routed.
+package openapi
 
 import (
 	"net/http"
@@ -6,9 +9,8 @@ import (
 	"github.com/labstack/echo/v4"
 )
 
-// The OpenAPI 3 document of the HTTP API, built from small helpers so each
-// operation reads as one line. routes_test.go checks that every route is
-// documented and every documented path is routed.
+// The document is built from small helpers so each operation reads as one
+// line.
 
 type obj = map[string]any
 
@@ -70,7 +72,8 @@ func idempotency() obj {
 	return obj{"name": "Idempotency-Key", "in": "header", "schema": obj{"type": "string"}}
 }
 
-func openAPIDocument() obj {
+// Document returns the OpenAPI document, a fresh copy each call.
+func Document() map[string]any {
 	spawn := object(obj{
 		"origin_session": str(), "kind": obj{"type": "string", "enum": []string{"turn", "work"}},
 		"subagent_type": str(), "description": str(), "prompt": str(), "incognito": boolean(),
@@ -166,8 +169,9 @@ func openAPIDocument() obj {
 	}
 }
 
-func handleOpenAPI() echo.HandlerFunc {
-	doc := openAPIDocument()
+// Handler serves the document.
+func Handler() echo.HandlerFunc {
+	doc := Document()
 	return func(c echo.Context) error { return c.JSON(http.StatusOK, doc) }
 }
 

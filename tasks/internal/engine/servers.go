@@ -1,0 +1,95 @@
+package engine
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/hibiken/asynq"
+
+	"github.com/bgjobs/bgjobs"
+)
+
+const (
+	// followConcurrency is how many resumes one process delivers at once.
+	followConcurrency = 10
+	// controlConcurrency is how many timers one process runs at once.
+	controlConcurrency = 4
+	// workersPerFetcher and slotsPerFastFetcher split work concurrency
+	// over fetch loops (Config.MaxFetchLoops, Config.MaxFastFetchLoops).
+	workersPerFetcher   = 4
+	slotsPerFastFetcher = 16
+	// spareForwardInterval: moving due retries into the queue is the fast
+	// loops' job; a spare checks seldom, as a backstop.
+	spareForwardInterval = 10 * time.Second
+)
+
+// FetchSplit is how a process splits its work concurrency over at most
+// maxLoops fetch loops (asynq servers): the slots of each.
+func FetchSplit(concurrency, maxLoops int) []int {
+	fetchers := min(maxLoops, max(1, concurrency/workersPerFetcher))
+	split := make([]int, fetchers)
+	for i := range split {
+		split[i] = concurrency / fetchers
+		if i < concurrency%fetchers {
+			split[i]++
+		}
+	}
+	return split
+}
+
+// retryDelay backs off 1s, 2s, 4s … up to 5 minutes.
+func retryDelay(n int, _ error, _ *asynq.Task) time.Duration {
+	return min(time.Second<<min(n, 9), 5*time.Minute)
+}
+
+// ServerConfigs are the asynq servers of one process: turns, resumes,
+// timers, and work split over fetch loops. A resume that fails with
+// notFailure (it only waits its turn) is retried without counting as a
+// failure.
+func (e *Engine) ServerConfigs(cfg bgjobs.Config, log *slog.Logger, notFailure error) []asynq.Config {
+	base := asynq.Config{
+		TaskCheckInterval:        cfg.PollInterval,
+		DelayedTaskCheckInterval: time.Second,
+		ShutdownTimeout:          cfg.ShutdownTimeout,
+		RetryDelayFunc:           retryDelay,
+		Logger:                   asynqLogger{log.With(slog.String("component", "asynq"))},
+		LogLevel:                 asynq.WarnLevel,
+	}
+	server := func(queue string, concurrency int, poll time.Duration) asynq.Config {
+		c := base
+		c.Queues = map[string]int{e.Queue(queue): 1}
+		c.Concurrency, c.TaskCheckInterval = concurrency, poll
+		return c
+	}
+	follow := server(QueueResume, followConcurrency, cfg.ResumePollInterval)
+	follow.IsFailure = func(err error) bool { return !errors.Is(err, notFailure) }
+	configs := []asynq.Config{
+		server(QueueTurns, cfg.TurnConcurrency, cfg.TurnPollInterval),
+		follow,
+		server(QueueControl, controlConcurrency, cfg.ControlPollInterval),
+	}
+	// The first few work loops poll an idle queue at PollInterval, the
+	// spares slowly: an idle process pays for a few fast pollers only, and
+	// a burst wakes the spares within SparePollInterval.
+	fast := min(cfg.MaxFastFetchLoops, max(1, cfg.WorkConcurrency/slotsPerFastFetcher))
+	for i, n := range FetchSplit(cfg.WorkConcurrency, cfg.MaxFetchLoops) {
+		work := server(QueueWork, n, cfg.PollInterval)
+		if i >= fast {
+			work.TaskCheckInterval = cfg.SparePollInterval
+			work.DelayedTaskCheckInterval = spareForwardInterval
+		}
+		configs = append(configs, work)
+	}
+	return configs
+}
+
+// asynqLogger sends asynq's logs to slog.
+type asynqLogger struct{ l *slog.Logger }
+
+func (a asynqLogger) Debug(args ...any) { a.l.Debug(fmt.Sprint(args...)) }
+func (a asynqLogger) Info(args ...any)  { a.l.Info(fmt.Sprint(args...)) }
+func (a asynqLogger) Warn(args ...any)  { a.l.Warn(fmt.Sprint(args...)) }
+func (a asynqLogger) Error(args ...any) { a.l.Error(fmt.Sprint(args...)) }
+func (a asynqLogger) Fatal(args ...any) { a.l.Error(fmt.Sprint(args...)) }

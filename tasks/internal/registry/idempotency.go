@@ -1,0 +1,46 @@
+package registry
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/bgjobs/bgjobs"
+)
+
+// ClaimSpawnKey records id under the agent's spawn Idempotency-Key for
+// ttl, or returns the job an earlier spawn recorded there. A key whose job
+// is gone (never written, deleted) is taken over.
+func (s *Store) ClaimSpawnKey(ctx context.Context, agent, key, id string, ttl time.Duration) (*bgjobs.Job, error) {
+	k := s.k.spawnIdem(agent, key)
+	for range 3 {
+		ok, err := s.rdb.SetNX(ctx, k, id, ttl).Result()
+		if err != nil {
+			return nil, unavailable("idempotency key", err)
+		}
+		if ok {
+			return nil, nil
+		}
+		prior, err := s.rdb.Get(ctx, k).Result()
+		if errors.Is(err, redis.Nil) {
+			continue // expired between the two calls
+		}
+		if err != nil {
+			return nil, unavailable("idempotency key", err)
+		}
+		j, err := s.Lookup(ctx, prior)
+		if err != nil {
+			return nil, err
+		}
+		if j != nil && j.Agent == agent {
+			return j, nil
+		}
+		if err := s.rdb.Set(ctx, k, id, ttl).Err(); err != nil {
+			return nil, unavailable("idempotency key", err)
+		}
+		return nil, nil
+	}
+	return nil, bgjobs.Errorf(bgjobs.EConflict, "idempotency key is being reused concurrently; retry")
+}

@@ -1,0 +1,137 @@
+package wake
+
+import "github.com/redis/go-redis/v9"
+
+// The session wake-up scripts. Times are unix milliseconds passed in by
+// the caller, so tests can inject a clock.
+
+// holdIfBusyCmd decides, for a resume about to be sent, whether the session
+// is inside a turn. If it is, the trigger is held (never dropped) for the
+// coalesced nudge that idle or the lease's lapse will send.
+//
+// KEYS[1] -> session busy lease (string: lease expiry ms)
+// KEYS[2] -> session held zset (trigger → when it was held, ms)
+// ARGV[1] -> now (ms)
+// ARGV[2] -> trigger (job or batch id)
+//
+// Returns 1 if held, 0 if the session is not busy and the resume may go.
+var holdIfBusyCmd = redis.NewScript(`
+local lease = redis.call('GET', KEYS[1])
+if lease and tonumber(lease) > tonumber(ARGV[1]) then
+  redis.call('ZADD', KEYS[2], ARGV[1], ARGV[2])
+  return 1
+end
+return 0
+`)
+
+// busyCmd starts or extends a session's busy lease.
+//
+// KEYS[1] -> session busy lease
+// ARGV[1] -> lease expiry (ms)
+// ARGV[2] -> key TTL (s): a little past the lease, so the key cleans itself up
+var busyCmd = redis.NewScript(`
+redis.call('SET', KEYS[1], ARGV[1], 'EX', ARGV[2])
+return 1
+`)
+
+// idleCmd ends a session's busy lease — on an explicit idle, or when the
+// lapse timer finds the lease expired — and, if nudges were held and
+// something is still undrained, records one coalesced nudge in the outbox:
+//
+//	f|<latest held trigger>
+//
+// KEYS[1] -> session busy lease
+// KEYS[2] -> session held zset
+// KEYS[3] -> session pending zset
+// KEYS[4] -> session outbox zset
+// ARGV[1] -> now (ms)
+// ARGV[2] -> "lapse" to act only if the lease has expired, "idle" otherwise
+//
+// Returns {ended, folded}: ended 1 if the session is now idle, folded 1 if a
+// coalesced nudge was recorded.
+var idleCmd = redis.NewScript(`
+local lease = redis.call('GET', KEYS[1])
+if ARGV[2] == 'lapse' and lease and tonumber(lease) > tonumber(ARGV[1]) then
+  return {0, 0}
+end
+redis.call('DEL', KEYS[1])
+local latest = redis.call('ZRANGE', KEYS[2], -1, -1)
+redis.call('DEL', KEYS[2])
+if #latest == 0 or redis.call('ZCARD', KEYS[3]) == 0 then return {1, 0} end
+redis.call('ZADD', KEYS[4], ARGV[1], 'f|' .. latest[1])
+return {1, 1}
+`)
+
+// stormCmd is the resume storm guard's gate for a singleton resume: the
+// first of a session goes at once and opens a window; those that follow
+// within it wait in the session's storm queue for one merged nudge at the
+// window's end. The decision is kept in the job's row, so an outbox entry
+// pumped twice (a settle's own pump racing a sweep) gets the same answer and
+// a job is never both sent alone and merged, nor merged twice.
+//
+// KEYS[1] -> session storm window (string: the window's end, ms; the key
+//
+//	outlives it by a minute, to clean itself up)
+//
+// KEYS[2] -> session storm queue zset (job id → ms)
+// KEYS[3] -> job hash (field storm = "<generation>:now" | "<generation>:merged")
+// ARGV[1] -> job id
+// ARGV[2] -> now (ms)
+// ARGV[3] -> window (ms)
+// ARGV[4] -> the job's generation (a retried job's new outcome decides anew)
+//
+// Returns 1 to send now (the window is opened, or this job was already let
+// through), or the window's remaining ms (≥ 0) when the job was queued
+// behind it, now or before — negated, as -1 - remaining.
+var stormCmd = redis.NewScript(`
+local till = tonumber(redis.call('GET', KEYS[1]) or '0')
+local now = tonumber(ARGV[2])
+local prev = redis.call('HGET', KEYS[3], 'storm')
+if prev == ARGV[4] .. ':now' then return 1 end
+if prev == ARGV[4] .. ':merged' then return -1 - math.max(0, till - now) end
+if till > now then
+  redis.call('ZADD', KEYS[2], ARGV[2], ARGV[1])
+  redis.call('HSET', KEYS[3], 'storm', ARGV[4] .. ':merged')
+  return -1 - (till - now)
+end
+redis.call('SET', KEYS[1], now + tonumber(ARGV[3]), 'PX', tonumber(ARGV[3]) + 60000)
+redis.call('HSET', KEYS[3], 'storm', ARGV[4] .. ':now')
+return 1
+`)
+
+// stormFlushCmd ends a storm window: everything queued behind it becomes
+// one outbox entry, c|<id>,<id>,…, and a new window opens so that what
+// follows merges again. A window with nothing queued is left to expire.
+//
+// KEYS[1] -> session storm window
+// KEYS[2] -> session storm queue zset
+// KEYS[3] -> session outbox zset
+// ARGV[1] -> now (ms)
+// ARGV[2] -> window (ms)
+// ARGV[3] -> "1" to flush even if the window is still open (a sweep after a crash)
+//
+// Returns {entry, 0} with the outbox entry recorded ("" if there was
+// nothing to merge), or {"", ms} while the window is still open for ms.
+var stormFlushCmd = redis.NewScript(`
+local left = tonumber(redis.call('GET', KEYS[1]) or '0') - tonumber(ARGV[1])
+if ARGV[3] ~= '1' and left > 0 then return {'', left} end
+local ids = redis.call('ZRANGE', KEYS[2], 0, -1)
+if #ids == 0 then return {'', 0} end
+redis.call('DEL', KEYS[2])
+local entry = 'c|' .. table.concat(ids, ',')
+redis.call('ZADD', KEYS[3], ARGV[1], entry)
+redis.call('SET', KEYS[1], tonumber(ARGV[1]) + tonumber(ARGV[2]), 'PX', tonumber(ARGV[2]) + 60000)
+return {entry, 0}
+`)
+
+// releaseLockCmd deletes a lock only if the caller still holds it, so a
+// delivery that outlived its lock never frees another's.
+//
+// KEYS[1] -> lock key
+// ARGV[1] -> the holder's token
+//
+// Returns 1 if released, 0 if the lock had passed on or expired.
+var releaseLockCmd = redis.NewScript(`
+if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
+return redis.call('DEL', KEYS[1])
+`)
