@@ -87,6 +87,10 @@ type Config struct {
 	// reach even in loopback or private space (BGJOBS_FETCH_ALLOW, comma
 	// separated). Empty: public addresses only.
 	FetchAllow []string
+	// AgentAllow lists hosts (host or host:port) agents' a2a_url and
+	// webhook_url may point at even in loopback or private space
+	// (BGJOBS_AGENT_ALLOW, comma separated). Empty: public addresses only.
+	AgentAllow []string
 	// StoredKeys is set at start when keys made with `bgjobs keys create`
 	// are stored in Redis: the API then requires a key.
 	StoredKeys bool
@@ -210,11 +214,8 @@ func Load(getenv func(string) string) (Config, error) {
 		AdminKey:  getenv("BGJOBS_ADMIN_KEY"),
 		Namespace: getenv("BGJOBS_NAMESPACE"),
 	}
-	for h := range strings.SplitSeq(getenv("BGJOBS_FETCH_ALLOW"), ",") {
-		if h = strings.TrimSpace(h); h != "" {
-			c.FetchAllow = append(c.FetchAllow, h)
-		}
-	}
+	c.FetchAllow = hostList(getenv("BGJOBS_FETCH_ALLOW"))
+	c.AgentAllow = hostList(getenv("BGJOBS_AGENT_ALLOW"))
 	keys, err := parseAPIKeys(getenv("BGJOBS_API_KEYS"))
 	if err != nil {
 		return c, err
@@ -275,6 +276,17 @@ func Load(getenv func(string) string) (Config, error) {
 		c.ResumeCoalesce = -1 // 0 turns the guard off; the zero value means the default
 	}
 	return c.WithDefaults(), nil
+}
+
+// hostList reads "host,host:port".
+func hostList(s string) []string {
+	var out []string
+	for h := range strings.SplitSeq(s, ",") {
+		if h = strings.TrimSpace(h); h != "" {
+			out = append(out, h)
+		}
+	}
+	return out
 }
 
 // parseAPIKeys reads "agent:key,agent:key".

@@ -14,6 +14,7 @@ import (
 	"github.com/a2aproject/a2a-go/a2aclient"
 
 	"github.com/bgjobs/bgjobs"
+	"github.com/bgjobs/bgjobs/internal/netguard"
 	"github.com/bgjobs/bgjobs/tasks"
 )
 
@@ -27,9 +28,11 @@ type A2A struct {
 	PollMin, PollMax time.Duration
 }
 
-// NewA2A returns a runner with a pooled HTTP client.
-func NewA2A() *A2A {
-	return &A2A{HTTP: &http.Client{Transport: http.DefaultTransport.(*http.Transport).Clone()}}
+// NewA2A returns a runner whose every call (turns, resumes, webhooks,
+// delegates) goes through the guarded client: internal addresses are
+// refused at every dial and redirect unless allow-listed.
+func NewA2A(allow netguard.Allow) *A2A {
+	return &A2A{HTTP: netguard.Client(0, allow)}
 }
 
 // BackgroundContext is the contextId of a turn job: the agent runs it as a
@@ -75,7 +78,7 @@ func (r *A2A) RunTurn(ctx context.Context, t bgjobs.Turn) (string, error) {
 			return "", ctx.Err()
 		}
 		// The same message id goes out again, so the agent can de-duplicate.
-		return "", tasks.Retryable(fmt.Errorf("a2a message/send: %w", err))
+		return "", tasks.Retryable(netguard.Brief(fmt.Errorf("a2a message/send: %w", err)))
 	}
 	switch v := res.(type) {
 	case *a2a.Message:

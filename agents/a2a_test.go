@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/bgjobs/bgjobs"
+	"github.com/bgjobs/bgjobs/internal/netguard"
 	"github.com/bgjobs/bgjobs/tasks"
 )
 
@@ -69,7 +70,7 @@ func TestTurnFollowsATaskUntilItEnds(t *testing.T) {
 	agent := &slowAgent{doneAfter: 2}
 	srv := httptest.NewServer(agent)
 	defer srv.Close()
-	r := NewA2A()
+	r := NewA2A(netguard.NewAllow([]string{"127.0.0.1"}))
 	r.PollMin, r.PollMax = 10*time.Millisecond, 20*time.Millisecond
 	report, err := r.RunTurn(context.Background(), turn(srv.URL))
 	require.NoError(t, err)
@@ -82,7 +83,7 @@ func TestTurnPastItsDeadlineIsCancelledAtTheAgent(t *testing.T) {
 	agent := &slowAgent{doneAfter: -1}
 	srv := httptest.NewServer(agent)
 	defer srv.Close()
-	r := NewA2A()
+	r := NewA2A(netguard.NewAllow([]string{"127.0.0.1"}))
 	r.PollMin, r.PollMax = 10*time.Millisecond, 20*time.Millisecond
 	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
 	defer cancel()
@@ -96,7 +97,7 @@ func TestTransportFailureIsRetryable(t *testing.T) {
 	t.Parallel()
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusBadGateway) }))
 	defer srv.Close()
-	_, err := NewA2A().RunTurn(context.Background(), turn(srv.URL))
+	_, err := NewA2A(netguard.NewAllow([]string{"127.0.0.1"})).RunTurn(context.Background(), turn(srv.URL))
 	require.Error(t, err)
 	require.True(t, tasks.IsRetryable(err))
 }

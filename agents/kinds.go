@@ -17,6 +17,7 @@ import (
 	"golang.org/x/net/html"
 
 	"github.com/bgjobs/bgjobs"
+	"github.com/bgjobs/bgjobs/internal/netguard"
 	"github.com/bgjobs/bgjobs/search"
 	"github.com/bgjobs/bgjobs/tasks"
 )
@@ -101,7 +102,7 @@ func fetchText(ctx context.Context, client *http.Client, u string) (title, text 
 	req.Header.Set("User-Agent", "bgjobs-ingest/1")
 	resp, err := client.Do(req)
 	if err != nil {
-		if errors.Is(err, ErrForbiddenAddress) {
+		if errors.Is(err, netguard.ErrForbiddenAddress) {
 			return "", "", fmt.Errorf("refused: %w", err)
 		}
 		return "", "", tasks.Retryable(fmt.Errorf("fetch %s: %w", u, err))
@@ -227,7 +228,7 @@ func (r *A2A) DelegateKind(lookup AgentLookup) tasks.WorkKind {
 				if ctx.Err() != nil {
 					return "", ctx.Err()
 				}
-				return "", tasks.Retryable(fmt.Errorf("delegate to %s: %w", a.Agent, err))
+				return "", tasks.Retryable(netguard.Brief(fmt.Errorf("delegate to %s: %w", a.Agent, err)))
 			}
 			switch v := res.(type) {
 			case *a2a.Message:

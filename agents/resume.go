@@ -16,6 +16,7 @@ import (
 	"github.com/a2aproject/a2a-go/a2aclient"
 
 	"github.com/bgjobs/bgjobs"
+	"github.com/bgjobs/bgjobs/internal/netguard"
 )
 
 // SignatureHeader carries a webhook body's HMAC-SHA256, as "sha256=<hex>".
@@ -90,7 +91,7 @@ func (r *A2A) sendA2AResume(ctx context.Context, url, session, messageID string,
 	msg := &a2a.Message{ID: messageID, ContextID: session, Role: a2a.MessageRoleUser,
 		Parts: a2a.ContentParts{a2a.TextPart{Text: ResumeText(meta)}}, Metadata: md}
 	if _, err := client.SendMessage(ctx, &a2a.MessageSendParams{Message: msg, Metadata: md}); err != nil {
-		return fmt.Errorf("a2a resume message/send: %w", err)
+		return netguard.Brief(fmt.Errorf("a2a resume message/send: %w", err))
 	}
 	return nil
 }
@@ -116,12 +117,13 @@ func (r *A2A) sendWebhook(ctx context.Context, url, secret, session, messageID s
 	req.Header.Set(MessageIDHeader, messageID)
 	resp, err := r.HTTP.Do(req)
 	if err != nil {
-		return fmt.Errorf("webhook: %w", err)
+		return netguard.Brief(fmt.Errorf("webhook: %w", err))
 	}
 	defer resp.Body.Close()
 	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
 	if resp.StatusCode < 200 || resp.StatusCode > 299 {
-		return fmt.Errorf("webhook %s answered %s", url, resp.Status)
+		// The status code only: a reason phrase is the receiver's text.
+		return fmt.Errorf("webhook answered %d %s", resp.StatusCode, http.StatusText(resp.StatusCode))
 	}
 	return nil
 }

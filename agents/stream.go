@@ -11,6 +11,8 @@ import (
 	"github.com/a2aproject/a2a-go/a2a"
 	"github.com/a2aproject/a2a-go/a2aclient"
 	"github.com/a2aproject/a2a-go/a2aclient/agentcard"
+
+	"github.com/bgjobs/bgjobs/internal/netguard"
 )
 
 // cardTTL is how long an agent card's streaming capability is trusted.
@@ -108,5 +110,5 @@ func (r *A2A) stream(ctx context.Context, client *a2aclient.Client, params *a2a.
 }
 
 func retryableStreamError(err error) error {
-	return retryable(fmt.Errorf("a2a message/stream: %w", err))
+	return retryable(netguard.Brief(fmt.Errorf("a2a message/stream: %w", err)))
 }

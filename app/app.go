@@ -22,6 +22,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/bgjobs/bgjobs/handlers"
+	"github.com/bgjobs/bgjobs/internal/netguard"
 	"github.com/bgjobs/bgjobs/mcpapi"
 	"github.com/bgjobs/bgjobs/metrics"
 	"github.com/bgjobs/bgjobs/search"
@@ -75,10 +76,10 @@ func Run(ctx context.Context, cfg bgjobs.Config, mode Mode, stdout io.Writer, op
 	if kinds == nil {
 		kinds = tasks.NewKinds()
 	}
-	runner := agents.NewA2A()
+	runner := agents.NewA2A(netguard.NewAllow(cfg.AgentAllow))
 	m := tasks.NewManager(conn.rdb, cfg, tasks.Deps{Kinds: kinds, Turns: runner, Resumer: runner, Logger: log})
 	defer m.Close()
-	kinds.Register(agents.IngestKind(agents.SafeClient(time.Minute, cfg.FetchAllow), m.AppendDocs))
+	kinds.Register(agents.IngestKind(netguard.Client(time.Minute, netguard.NewAllow(cfg.FetchAllow)), m.AppendDocs))
 	kinds.Register(runner.DelegateKind(func(ctx context.Context, name string) (*bgjobs.Agent, error) {
 		a, err := m.GetAgent(ctx, name)
 		if bgjobs.ErrorCode(err) == bgjobs.ENotFound {

@@ -4,9 +4,9 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
-	"strings"
 
 	"github.com/bgjobs/bgjobs"
+	"github.com/bgjobs/bgjobs/internal/netguard"
 )
 
 // PutAgent stores where bgjobs reaches an agent.
@@ -37,8 +37,11 @@ func (m *Manager) PutAgent(ctx context.Context, a *bgjobs.Agent) error {
 		return bgjobs.FieldError("resume", "want a2a, webhook or none, got %q", a.Resume)
 	}
 	for _, u := range []struct{ field, url string }{{"a2a_url", a.A2AURL}, {"webhook_url", a.WebhookURL}} {
-		if u.url != "" && !strings.HasPrefix(u.url, "http://") && !strings.HasPrefix(u.url, "https://") {
-			return bgjobs.FieldError(u.field, "want an http:// or https:// URL")
+		if u.url == "" {
+			continue
+		}
+		if err := netguard.CheckURL(u.url, m.agentAllow); err != nil {
+			return bgjobs.FieldError(u.field, "%v", err)
 		}
 	}
 	for name := range a.SubagentTypes {

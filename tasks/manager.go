@@ -20,6 +20,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/bgjobs/bgjobs"
+	"github.com/bgjobs/bgjobs/internal/netguard"
 	"github.com/bgjobs/bgjobs/internal/pipeline"
 	"github.com/bgjobs/bgjobs/tasks/internal/engine"
 	"github.com/bgjobs/bgjobs/tasks/internal/followup"
@@ -57,9 +58,11 @@ type Manager struct {
 	follow  *followup.Followups
 	maint   *maintenance.Maintainer
 	kinds   *Kinds
-	turns   bgjobs.TurnRunner
-	now     func() time.Time
-	log     *slog.Logger
+	// agentAllow is where agents may live in internal space.
+	agentAllow netguard.Allow
+	turns      bgjobs.TurnRunner
+	now        func() time.Time
+	log        *slog.Logger
 }
 
 // NewManager returns a running Manager on rdb. The caller owns rdb and
@@ -90,7 +93,7 @@ func NewManager(rdb redis.UniversalClient, cfg bgjobs.Config, d Deps) *Manager {
 		cfg: cfg, writer: w, store: store, feeds: streams, tenants: agents, eng: eng, follow: follow,
 		maint: maintenance.New(maintenance.Deps{Store: store, Engine: eng, Followups: follow,
 			Interval: cfg.ReconcileInterval, Now: d.Now, Log: d.Logger}),
-		kinds: d.Kinds, turns: d.Turns, now: d.Now, log: d.Logger,
+		kinds: d.Kinds, agentAllow: netguard.NewAllow(cfg.AgentAllow), turns: d.Turns, now: d.Now, log: d.Logger,
 	}
 }
 

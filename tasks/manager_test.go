@@ -39,7 +39,7 @@ func setup(t *testing.T, opts ...setupOpt) *testBundle {
 func setupOn(t *testing.T, env *testenv.Env, opts ...setupOpt) *testBundle {
 	t.Helper()
 	b := &testBundle{env: env}
-	cfg := bgjobs.Config{Namespace: env.Namespace, PollInterval: 10 * time.Millisecond, WorkConcurrency: 20, ShutdownTimeout: 2 * time.Second}
+	cfg := bgjobs.Config{Namespace: env.Namespace, AgentAllow: []string{"127.0.0.1"}, PollInterval: 10 * time.Millisecond, WorkConcurrency: 20, ShutdownTimeout: 2 * time.Second}
 	d := Deps{Logger: slog.New(slog.DiscardHandler), Now: func() time.Time {
 		if p := b.now.Load(); p != nil {
 			return *p

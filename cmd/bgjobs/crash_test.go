@@ -58,7 +58,8 @@ func startProcess(t *testing.T, out *lockedBuffer, sub string, env ...string) *e
 	bin, err := buildBinary()
 	require.NoError(t, err)
 	cmd := exec.Command(bin, sub)
-	cmd.Env = append(os.Environ(), env...)
+	// The tests' agents and webhook receivers live on loopback.
+	cmd.Env = append(append(os.Environ(), "BGJOBS_AGENT_ALLOW=127.0.0.1"), env...)
 	cmd.Stdout, cmd.Stderr = out, out
 	require.NoError(t, cmd.Start())
 	t.Cleanup(func() {
@@ -154,7 +155,7 @@ func privateManager(t *testing.T, srv *testenv.RedisServer) *tasks.Manager {
 	t.Helper()
 	rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:" + strconv.Itoa(srv.Port)})
 	t.Cleanup(func() { _ = rdb.Close() })
-	m := tasks.NewManager(rdb, bgjobs.Config{}.WithDefaults(), tasks.Deps{Logger: slog.New(slog.DiscardHandler)})
+	m := tasks.NewManager(rdb, bgjobs.Config{AgentAllow: []string{"127.0.0.1"}}.WithDefaults(), tasks.Deps{Logger: slog.New(slog.DiscardHandler)})
 	t.Cleanup(func() { _ = m.Close() })
 	return m
 }

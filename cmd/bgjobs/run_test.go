@@ -51,6 +51,7 @@ func startServe(t *testing.T, env map[string]string) string {
 	vars := map[string]string{
 		"BGJOBS_NAMESPACE":     te.Namespace,
 		"BGJOBS_POLL_INTERVAL": "10ms",
+		"BGJOBS_AGENT_ALLOW":   "127.0.0.1", // the tests' agents live on loopback
 		"BGJOBS_ADDR":          "127.0.0.1:0",
 		"BGJOBS_DATA_DIR":      t.TempDir(),
 	}

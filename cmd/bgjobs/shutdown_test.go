@@ -16,7 +16,7 @@ import (
 // to return and hands back its error.
 func serveOn(t *testing.T, url string, env map[string]string) (base string, stop func() error) {
 	t.Helper()
-	vars := map[string]string{"REDIS_URL": url, "BGJOBS_ADDR": "127.0.0.1:0", "BGJOBS_POLL_INTERVAL": "10ms", "BGJOBS_DATA_DIR": t.TempDir()}
+	vars := map[string]string{"REDIS_URL": url, "BGJOBS_ADDR": "127.0.0.1:0", "BGJOBS_POLL_INTERVAL": "10ms", "BGJOBS_AGENT_ALLOW": "127.0.0.1", "BGJOBS_DATA_DIR": t.TempDir()}
 	for k, v := range env {
 		vars[k] = v
 	}

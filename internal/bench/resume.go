@@ -20,6 +20,7 @@ import (
 	"github.com/bgjobs/bgjobs"
 	"github.com/bgjobs/bgjobs/agents"
 	"github.com/bgjobs/bgjobs/handlers"
+	"github.com/bgjobs/bgjobs/internal/netguard"
 	"github.com/bgjobs/bgjobs/internal/redisns"
 	"github.com/bgjobs/bgjobs/tasks"
 )
@@ -93,8 +94,8 @@ func Resume(ctx context.Context, o Options, out io.Writer) error {
 	defer closeRedis()
 	ns := namespace()
 	defer redisns.DropNamespace(context.Background(), rdb, ns)
-	cfg := bgjobs.Config{Namespace: ns, WorkConcurrency: o.Concurrency, PollInterval: o.Poll}.WithDefaults()
-	runner := agents.NewA2A()
+	cfg := bgjobs.Config{Namespace: ns, WorkConcurrency: o.Concurrency, PollInterval: o.Poll, AgentAllow: []string{"127.0.0.1"}}.WithDefaults()
+	runner := agents.NewA2A(netguard.NewAllow(cfg.AgentAllow))
 	m := tasks.NewManager(rdb, cfg, tasks.Deps{Logger: quiet, Resumer: runner, Turns: runner})
 	defer m.Close()
 	w := m.NewWorker()

@@ -1,9 +1,9 @@
-package agents
+package netguard
 
 import (
-	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -29,7 +29,10 @@ func TestForbiddenLiterals(t *testing.T) {
 		{"169.254.169.254", true}, {"fe80::1", true}, {"fc00::1", true}, {"224.0.0.1", true}, {"ff02::1", true},
 		{"::ffff:127.0.0.1", true}, {"::ffff:10.0.0.1", true}, {"[::ffff:169.254.169.254]", true},
 		{"2130706433", true}, {"0x7f000001", true}, {"0177.0.0.1", true}, {"127.1", true}, {"0", true},
-		{"3232235777", true},                                                      // 192.168.1.1
+		{"3232235777", true}, // 192.168.1.1
+		{"::7f00:1", true}, {"64:ff9b::7f00:1", true}, {"64:ff9b:1::1", true}, {"2002:7f00:1::", true},
+		{"::ffff:0:7f00:1", true}, {"198.18.0.1", true}, {"198.19.255.255", true}, {"255.255.255.255", true},
+		{"240.0.0.1", true}, {"fec0::1", true}, {"192.0.0.8", true},
 		{"8.8.8.8", false}, {"2001:4860:4860::8888", false}, {"134744072", false}, // 8.8.8.8
 	} {
 		ip, ok := LiteralIP(tc.host)
@@ -71,7 +74,7 @@ func TestSafeClientNeverReachesLoopback(t *testing.T) {
 	}))
 	defer allowed.Close()
 	allowedHost := strings.TrimPrefix(allowed.URL, "http://")
-	client := SafeClient(5*time.Second, []string{allowedHost})
+	client := Client(5*time.Second, NewAllow([]string{allowedHost}))
 
 	for _, host := range []string{"127.0.0.1", "localhost", "[::1]", "0.0.0.0", "2130706433", "[::ffff:127.0.0.1]", "0x7f000001", "127.1"} {
 		_, err := client.Get(fmt.Sprintf("http://%s:%d/", host, port))
@@ -84,8 +87,23 @@ func TestSafeClientNeverReachesLoopback(t *testing.T) {
 	require.Zero(t, hits.Load(), "the canary was never reached")
 
 	// The allow-list lets a trusted loopback server through.
-	title, text, err := fetchText(context.Background(), client, allowed.URL+"/page")
+	resp, err := client.Get(allowed.URL + "/page")
 	require.NoError(t, err)
-	require.Equal(t, "Allowed", title)
-	require.Equal(t, "hello", text, "scripts are not text")
+	body, err := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	require.NoError(t, err)
+	require.Contains(t, string(body), "<p>hello</p>")
+}
+
+// A failure's text is one short printable line, whatever the remote sent,
+// and still names its cause.
+func TestBriefKeepsFailuresShort(t *testing.T) {
+	t.Parallel()
+	body := strings.Repeat("SECRET-REPLY-BODY\r\n", 100)
+	err := Brief(fmt.Errorf("result violates A2A spec; data: %s: %w", body, ErrForbiddenAddress))
+	require.LessOrEqual(t, len([]rune(err.Error())), briefMax+1)
+	require.NotContains(t, err.Error(), "\n")
+	require.NotContains(t, err.Error(), "\r")
+	require.ErrorIs(t, err, ErrForbiddenAddress)
+	require.NoError(t, Brief(nil))
 }

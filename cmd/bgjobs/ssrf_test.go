@@ -1,0 +1,96 @@
+package main
+
+import (
+	"fmt"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+// canary listens on loopback and counts the connections it receives.
+func canary(t *testing.T) (port int, hits *atomic.Int64) {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = ln.Close() })
+	hits = &atomic.Int64{}
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			hits.Add(1)
+			_ = c.Close()
+		}
+	}()
+	return ln.Addr().(*net.TCPAddr).Port, hits
+}
+
+// Agents' URLs cannot reach internal space: a literal internal address is
+// refused when the agent is registered (400, in every spelling), a name
+// that resolves to loopback and a redirect from an allowed host are refused
+// at the dial — the canary on loopback receives not one connection — while
+// an allow-listed agent on loopback still runs turns. No reply body reaches
+// a job's error.
+func TestAgentURLsCannotReachInternalSpace(t *testing.T) {
+	t.Parallel()
+	port, hits := canary(t)
+	a2aURL, _ := startAgent(t)
+	agentHost := strings.TrimSuffix(strings.TrimPrefix(a2aURL, "http://"), "/a2a")
+	redirector := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		http.Redirect(w, r, fmt.Sprintf("http://127.0.0.1:%d/a2a", port), http.StatusTemporaryRedirect)
+	}))
+	t.Cleanup(redirector.Close)
+	redirectHost := strings.TrimPrefix(redirector.URL, "http://")
+	c := client{t: t, base: startServe(t, map[string]string{
+		"BGJOBS_AGENT_ALLOW": agentHost + "," + redirectHost, // host:port only: the canary's port is not allowed
+		"BGJOBS_API_KEYS":    "alpha:ka,beta:kb",
+	})}
+	alpha, beta := c, c
+	alpha.key, beta.key = "ka", "kb"
+
+	for _, host := range []string{"127.0.0.1", "[::1]", "2130706433", "0x7f000001", "0177.0.0.1", "127.1",
+		"[::ffff:127.0.0.1]", "[::7f00:1]", "[64:ff9b::7f00:1]", "[2002:7f00:1::]", "0.0.0.0", "169.254.169.254", "10.0.0.1",
+		"198.18.0.1", "255.255.255.255", "[fec0::1]"} {
+		for _, field := range []string{"a2a_url", "webhook_url"} {
+			body := map[string]any{field: fmt.Sprintf("http://%s:%d/a2a", host, port)}
+			if field == "webhook_url" {
+				body["resume"], body["webhook_secret"] = "webhook", "s"
+			}
+			code, resp := beta.do("PUT", "/v1/agents/beta", body)
+			require.Equal(t, http.StatusBadRequest, code, "%s %s: %v", field, host, resp)
+			require.Equal(t, field, resp["error"].(map[string]any)["field"], host)
+		}
+	}
+
+	// Names and redirects pass registration and are refused at the dial.
+	for _, target := range []string{fmt.Sprintf("http://localhost:%d/a2a", port), redirector.URL + "/a2a"} {
+		code, resp := beta.do("PUT", "/v1/agents/beta", map[string]any{"a2a_url": target, "resume": "webhook",
+			"webhook_url": target, "webhook_secret": "s"})
+		require.Equal(t, http.StatusOK, code, "%v", resp)
+		_, job := beta.do("POST", "/v1/jobs", map[string]any{"origin_session": "s", "description": "probe", "prompt": "x"})
+		failed := beta.waitStatus(job["id"].(string), "failed")
+		require.Contains(t, failed["error"], "address not allowed", target)
+		_, drain := beta.do("POST", "/v1/sessions/s/drain", nil)
+		require.NotEmpty(t, drain["notifications"])
+	}
+
+	// The allow-listed agent works.
+	code, resp := alpha.do("PUT", "/v1/agents/alpha", map[string]any{"a2a_url": a2aURL})
+	require.Equal(t, http.StatusOK, code, "%v", resp)
+	_, job := alpha.do("POST", "/v1/jobs", map[string]any{"origin_session": "s", "description": "ok", "prompt": "hello"})
+	done := alpha.waitStatus(job["id"].(string), "completed")
+	require.Contains(t, done["result"], "hello")
+
+	// The refused resumes were tried while the last job ran; a retry comes
+	// a second later: give it its chance, then count.
+	time.Sleep(1500 * time.Millisecond)
+	require.Zero(t, hits.Load(), "the canary on loopback was never reached")
+}
