@@ -7,6 +7,9 @@ import (
 	"time"
 )
 
+// Version is bgjobs' version, sent as its User-Agent on outbound calls.
+const Version = "0.3.0"
+
 // The job model: what a job is, how it ends, and what bgjobs tells people
 // and agents about it. Every layer shares these types; none of them knows
 // Redis, asynq or HTTP.
@@ -118,6 +121,9 @@ type Agent struct {
 	WebhookSecret string            `json:"webhook_secret,omitempty"`
 	AutoResume    *bool             `json:"auto_resume,omitempty"`
 	SubagentTypes map[string]string `json:"subagent_types,omitempty"`
+	// DelegateTo names the other agents this agent may send delegate jobs
+	// to. Only the admin sets it.
+	DelegateTo []string `json:"delegate_to,omitempty"`
 }
 
 // Resume modes of an agent.

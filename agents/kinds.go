@@ -9,6 +9,7 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"slices"
 	"strings"
 	"time"
 
@@ -198,6 +199,34 @@ func (r *A2A) DelegateKind(lookup AgentLookup) tasks.WorkKind {
 			}
 			if strings.TrimSpace(a.Message) == "" {
 				return bgjobs.FieldError("work.args.message", "a delegate job needs a message")
+			}
+			return nil
+		},
+		// A delegate goes only to the job's own agent, to agents the admin
+		// let it reach (delegate_to), or anywhere for the admin itself. An
+		// unregistered agent and another tenant's get the same answer, so
+		// the answer does not tell which names exist.
+		Authorize: func(ctx context.Context, agent string, raw json.RawMessage) error {
+			var a delegateArgs
+			if err := decodeStrict(raw, &a); err != nil {
+				return err
+			}
+			refused := bgjobs.FieldError("work.args.agent", "no agent %q that %s may delegate to", a.Agent, agent)
+			if c, api := tasks.CallerFrom(ctx); api && !c.Admin && a.Agent != agent {
+				from, err := lookup(ctx, agent)
+				if err != nil {
+					return err
+				}
+				if from == nil || !slices.Contains(from.DelegateTo, a.Agent) {
+					return refused
+				}
+			}
+			target, err := lookup(ctx, a.Agent)
+			if err != nil {
+				return err
+			}
+			if target == nil || target.A2AURL == "" {
+				return refused
 			}
 			return nil
 		},

@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"strconv"
 	"time"
 
 	"github.com/a2aproject/a2a-go/a2a"
@@ -20,7 +21,26 @@ import (
 )
 
 // SignatureHeader carries a webhook body's HMAC-SHA256, as "sha256=<hex>".
+// It covers the body alone, so a receiver cannot tell a replay from the
+// first delivery: TimedSignatureHeader can. Kept for receivers written
+// against it.
 const SignatureHeader = "X-Bgjobs-Signature"
+
+// TimedSignatureHeader carries "t=<unix seconds>,v1=<hex>", where v1 is the
+// HMAC-SHA256 under the webhook secret of "<t>.<raw body>". A receiver
+// recomputes it, compares in constant time, and refuses a t too far from
+// its clock (five minutes is usual): a replayed request carries an old t
+// it cannot change without the secret.
+const TimedSignatureHeader = "X-Bgjobs-Webhook-Signature"
+
+// SignTimed returns the TimedSignatureHeader value of body sent at t.
+func SignTimed(secret string, t time.Time, body []byte) string {
+	ts := strconv.FormatInt(t.Unix(), 10)
+	mac := hmac.New(sha256.New, []byte(secret))
+	mac.Write([]byte(ts + "."))
+	mac.Write(body)
+	return "t=" + ts + ",v1=" + hex.EncodeToString(mac.Sum(nil))
+}
 
 // MessageIDHeader carries a webhook resume's message id, the same as the
 // A2A resume's messageId. Delivery is at least once (a worker killed after
@@ -114,6 +134,7 @@ func (r *A2A) sendWebhook(ctx context.Context, url, secret, session, messageID s
 	}
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set(SignatureHeader, Sign(secret, body))
+	req.Header.Set(TimedSignatureHeader, SignTimed(secret, time.Now(), body))
 	req.Header.Set(MessageIDHeader, messageID)
 	resp, err := r.HTTP.Do(req)
 	if err != nil {

@@ -16,6 +16,8 @@ type agentBody struct {
 	WebhookSecret string            `json:"webhook_secret"`
 	AutoResume    *bool             `json:"auto_resume"`
 	SubagentTypes map[string]string `json:"subagent_types"`
+	// DelegateTo is set by the admin only; absent keeps what is stored.
+	DelegateTo *[]string `json:"delegate_to"`
 }
 
 // redacted is what GET shows of an agent: never its webhook secret.
@@ -35,6 +37,7 @@ func redacted(a *bgjobs.Agent) map[string]any {
 	return map[string]any{
 		"name": a.Name, "a2a_url": a.A2AURL, "resume": a.Resume, "webhook_url": a.WebhookURL,
 		"webhook_secret": secret, "auto_resume": auto, "subagent_types": types,
+		"delegate_to": append([]string{}, a.DelegateTo...),
 	}
 }
 
@@ -50,6 +53,21 @@ func handlePutAgent(m *tasks.Manager) echo.HandlerFunc {
 		}
 		a := &bgjobs.Agent{Name: name, A2AURL: b.A2AURL, Resume: b.Resume, WebhookURL: b.WebhookURL,
 			WebhookSecret: b.WebhookSecret, AutoResume: b.AutoResume, SubagentTypes: b.SubagentTypes}
+		who, _ := c.Get(callerKey).(caller)
+		switch {
+		case b.DelegateTo != nil && !who.admin:
+			return bgjobs.FieldError("delegate_to", "only the admin key sets which agents an agent may delegate to")
+		case b.DelegateTo != nil:
+			a.DelegateTo = *b.DelegateTo
+		default:
+			prev, err := m.GetAgent(c.Request().Context(), name)
+			if err != nil && bgjobs.ErrorCode(err) != bgjobs.ENotFound {
+				return err
+			}
+			if prev != nil {
+				a.DelegateTo = prev.DelegateTo
+			}
+		}
 		if err = m.PutAgent(c.Request().Context(), a); err != nil {
 			return err
 		}

@@ -12,6 +12,7 @@ import (
 	"github.com/labstack/echo/v4"
 
 	"github.com/bgjobs/bgjobs"
+	"github.com/bgjobs/bgjobs/tasks"
 )
 
 // OpenAgent is the agent every request acts as in open mode.
@@ -43,7 +44,8 @@ func CallerAgent(ctx context.Context) (string, bool) {
 // setCaller records who for Echo handlers and for the request's context.
 func setCaller(c echo.Context, who caller) {
 	c.Set(callerKey, who)
-	c.SetRequest(c.Request().WithContext(context.WithValue(c.Request().Context(), callerCtxKey{}, who)))
+	ctx := context.WithValue(c.Request().Context(), callerCtxKey{}, who)
+	c.SetRequest(c.Request().WithContext(tasks.WithCaller(ctx, tasks.Caller{Agent: who.agent, Admin: who.admin})))
 }
 
 // authenticator checks bearer keys. Keys are compared as SHA-256 digests in

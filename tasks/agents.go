@@ -44,6 +44,11 @@ func (m *Manager) PutAgent(ctx context.Context, a *bgjobs.Agent) error {
 			return bgjobs.FieldError(u.field, "%v", err)
 		}
 	}
+	for _, name := range a.DelegateTo {
+		if err := bgjobs.CheckAgentName("delegate_to", name); err != nil {
+			return err
+		}
+	}
 	for name := range a.SubagentTypes {
 		if name == "" || len(name) > 64 {
 			return bgjobs.FieldError("subagent_types", "subagent type names are 1–64 characters")

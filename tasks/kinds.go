@@ -42,8 +42,33 @@ type WorkKind struct {
 	// Check validates args at spawn time; its error becomes a 400. Nil
 	// accepts anything.
 	Check func(args json.RawMessage) error
+	// Authorize decides, at spawn time, whether agent may run this kind
+	// with these args (already accepted by Check); its error becomes the
+	// answer. CallerFrom(ctx) tells who asked. Nil allows everyone.
+	Authorize func(ctx context.Context, agent string, args json.RawMessage) error
 	// Run does the work.
 	Run WorkFunc
+}
+
+// Caller is who asked for a job over an API: the agent it acts for, and
+// whether it holds the admin key (open mode acts as the admin).
+type Caller struct {
+	Agent string
+	Admin bool
+}
+
+type callerKey struct{}
+
+// WithCaller returns ctx carrying the API caller, for Authorize.
+func WithCaller(ctx context.Context, c Caller) context.Context {
+	return context.WithValue(ctx, callerKey{}, c)
+}
+
+// CallerFrom returns the API caller behind ctx. ok is false when a program
+// calls the Manager itself: the program embedding bgjobs is trusted.
+func CallerFrom(ctx context.Context) (c Caller, ok bool) {
+	c, ok = ctx.Value(callerKey{}).(Caller)
+	return c, ok
 }
 
 // Kinds is a registry of work kinds, open to programs that embed bgjobs.

@@ -148,6 +148,11 @@ func (m *Manager) checkSpawn(ctx context.Context, req SpawnRequest) (*bgjobs.Job
 				return nil, bgjobs.FieldError("work.args", "%v", err)
 			}
 		}
+		if kind.Authorize != nil {
+			if err := kind.Authorize(ctx, req.Agent, req.Work.Args); err != nil {
+				return nil, err
+			}
+		}
 		j.WorkType = req.Work.Type
 		j.WorkArgs = req.Work.Args
 	default:

@@ -2,10 +2,16 @@ package main
 
 import (
 	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
+	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -41,6 +47,12 @@ func (w *webhookRecorder) ServeHTTP(rw http.ResponseWriter, r *http.Request) {
 	if !hmac.Equal([]byte(sig), []byte(agents.Sign(w.secret, body))) {
 		w.t.Errorf("bad signature %q", sig)
 	}
+	if err := verifyTimed(w.secret, r.Header.Get(agents.TimedSignatureHeader), body, time.Now()); err != nil {
+		w.t.Errorf("timed signature: %v", err)
+	}
+	if ua := r.Header.Get("User-Agent"); !strings.HasPrefix(ua, "bgjobs/") {
+		w.t.Errorf("User-Agent %q does not name bgjobs", ua)
+	}
 	// Delivery is at least once: like any receiver, drop a repeat.
 	id := r.Header.Get(agents.MessageIDHeader)
 	if id == "" {
@@ -62,6 +74,46 @@ func (w *webhookRecorder) ServeHTTP(rw http.ResponseWriter, r *http.Request) {
 		w.check(m)
 	}
 	w.got = append(w.got, m)
+}
+
+// verifyTimed is what a receiver does with the timed signature, written
+// from the documentation: "t=<unix>,v1=<hex HMAC-SHA256 of "<t>.<body>">",
+// compared in constant time, t within five minutes of the receiver's clock.
+func verifyTimed(secret, header string, body []byte, now time.Time) error {
+	var ts, v1 string
+	for part := range strings.SplitSeq(header, ",") {
+		k, v, _ := strings.Cut(part, "=")
+		switch k {
+		case "t":
+			ts = v
+		case "v1":
+			v1 = v
+		}
+	}
+	sec, err := strconv.ParseInt(ts, 10, 64)
+	if err != nil || v1 == "" {
+		return fmt.Errorf("malformed %q", header)
+	}
+	if d := now.Sub(time.Unix(sec, 0)); d > 5*time.Minute || d < -5*time.Minute {
+		return fmt.Errorf("stale: signed %s ago", d)
+	}
+	mac := hmac.New(sha256.New, []byte(secret))
+	mac.Write([]byte(ts + "." + string(body)))
+	if !hmac.Equal([]byte(v1), []byte(hex.EncodeToString(mac.Sum(nil)))) {
+		return errors.New("signature does not match")
+	}
+	return nil
+}
+
+// The receiver above refuses a replay (an old t) and a changed body.
+func TestTimedSignatureRefusesReplays(t *testing.T) {
+	t.Parallel()
+	body := []byte(`{"session":"chat-1"}`)
+	now := time.Now()
+	require.NoError(t, verifyTimed("k", agents.SignTimed("k", now, body), body, now))
+	require.ErrorContains(t, verifyTimed("k", agents.SignTimed("k", now.Add(-10*time.Minute), body), body, now), "stale")
+	require.ErrorContains(t, verifyTimed("k", agents.SignTimed("k", now, body), []byte(`{"session":"chat-2"}`), now), "does not match")
+	require.ErrorContains(t, verifyTimed("other", agents.SignTimed("k", now, body), body, now), "does not match")
 }
 
 func (w *webhookRecorder) all() []map[string]any {

@@ -94,3 +94,49 @@ func TestAgentURLsCannotReachInternalSpace(t *testing.T) {
 	time.Sleep(1500 * time.Millisecond)
 	require.Zero(t, hits.Load(), "the canary on loopback was never reached")
 }
+
+// A delegate reaches only the caller's own agent or those the admin lets it
+// reach; another tenant's agent answers exactly like one that does not
+// exist. Only the admin sets delegate_to, and an agent's own update keeps it.
+func TestDelegateStaysWithinTheTenant(t *testing.T) {
+	t.Parallel()
+	a2aURL, log := startAgent(t)
+	c := client{t: t, base: startServe(t, map[string]string{"BGJOBS_API_KEYS": "alpha:ka,beta:kb", "BGJOBS_ADMIN_KEY": "adm",
+		"BGJOBS_AUTO_RESUME": "false"})}
+	alpha, beta, admin := c, c, c
+	alpha.key, beta.key, admin.key = "ka", "kb", "adm"
+	for _, who := range []client{alpha, beta} {
+		name := map[string]string{"ka": "alpha", "kb": "beta"}[who.key]
+		code, resp := who.do("PUT", "/v1/agents/"+name, map[string]any{"a2a_url": a2aURL})
+		require.Equal(t, http.StatusOK, code, "%v", resp)
+	}
+	delegate := func(who client, to string) (int, map[string]any) {
+		return who.do("POST", "/v1/jobs", map[string]any{"origin_session": "s", "kind": "work", "description": "ask " + to,
+			"work": map[string]any{"type": "delegate", "args": map[string]any{"agent": to, "message": "secret question for " + to}}})
+	}
+
+	codeForeign, foreign := delegate(beta, "alpha")
+	codeNobody, nobody := delegate(beta, "nobody")
+	require.Equal(t, http.StatusBadRequest, codeForeign, "%v", foreign)
+	require.Equal(t, codeNobody, codeForeign)
+	fe, ne := foreign["error"].(map[string]any), nobody["error"].(map[string]any)
+	require.Equal(t, "work.args.agent", fe["field"])
+	require.Equal(t, ne["message"], strings.ReplaceAll(fe["message"].(string), `"alpha"`, `"nobody"`),
+		"a foreign agent reads like one that does not exist")
+	require.NotContains(t, log.String(), "secret question", "alpha's agent heard nothing")
+
+	code, resp := beta.do("PUT", "/v1/agents/beta", map[string]any{"a2a_url": a2aURL, "delegate_to": []string{"alpha"}})
+	require.Equal(t, http.StatusBadRequest, code, "an agent cannot widen its own reach: %v", resp)
+	code, resp = admin.do("PUT", "/v1/agents/beta", map[string]any{"a2a_url": a2aURL, "delegate_to": []string{"alpha"}})
+	require.Equal(t, http.StatusOK, code, "%v", resp)
+	code, resp = beta.do("PUT", "/v1/agents/beta", map[string]any{"a2a_url": a2aURL})
+	require.Equal(t, http.StatusOK, code, "%v", resp)
+	require.Equal(t, []any{"alpha"}, resp["delegate_to"], "beta's own update keeps what the admin set")
+
+	code, job := delegate(beta, "alpha")
+	require.Equal(t, http.StatusAccepted, code, "%v", job)
+	beta.waitStatus(job["id"].(string), "completed")
+	require.Contains(t, log.String(), "secret question for alpha")
+	code, own := delegate(alpha, "alpha")
+	require.Equal(t, http.StatusAccepted, code, "an agent may always delegate to itself: %v", own)
+}

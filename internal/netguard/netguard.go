@@ -18,6 +18,8 @@ import (
 	"syscall"
 	"time"
 	"unicode/utf8"
+
+	"github.com/bgjobs/bgjobs"
 )
 
 // ErrForbiddenAddress is returned for a call that would reach loopback,
@@ -168,7 +170,7 @@ func Client(timeout time.Duration, allowed Allow) *http.Client {
 		}
 		return guarded.DialContext(ctx, network, addr)
 	}
-	return &http.Client{Transport: tr, Timeout: timeout, CheckRedirect: func(req *http.Request, via []*http.Request) error {
+	return &http.Client{Transport: userAgent{tr}, Timeout: timeout, CheckRedirect: func(req *http.Request, via []*http.Request) error {
 		if len(via) >= 5 {
 			return errors.New("too many redirects")
 		}
@@ -206,3 +208,17 @@ type briefError struct {
 
 func (e briefError) Error() string { return e.msg }
 func (e briefError) Unwrap() error { return e.err }
+
+// UserAgent names bgjobs on every outbound request, so receivers can tell
+// its calls apart (and filter or allow them).
+var UserAgent = "bgjobs/" + bgjobs.Version
+
+type userAgent struct{ next http.RoundTripper }
+
+func (u userAgent) RoundTrip(r *http.Request) (*http.Response, error) {
+	if r.Header.Get("User-Agent") == "" {
+		r = r.Clone(r.Context())
+		r.Header.Set("User-Agent", UserAgent)
+	}
+	return u.next.RoundTrip(r)
+}
