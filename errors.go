@@ -26,7 +26,19 @@ type Error struct {
 	Code    string `json:"code"`
 	Message string `json:"message"`
 	Field   string `json:"field,omitempty"`
+	// Cause is what went wrong underneath, for the log only: a client never
+	// sees it (it names internal addresses).
+	Cause error `json:"-"`
 }
+
+// Unavailable is the 503 a client can retry: what could not be done, and
+// the cause for the log.
+func Unavailable(op string, cause error) *Error {
+	return &Error{Code: EUnavailable, Message: op + ": temporarily unavailable; retry", Cause: cause}
+}
+
+// Unwrap gives errors.Is and As the cause.
+func (e *Error) Unwrap() error { return e.Cause }
 
 func (e *Error) Error() string {
 	if e.Field != "" {

@@ -62,14 +62,17 @@ type Job struct {
 	Prompt        string          `json:"prompt,omitempty"`
 	WorkType      string          `json:"work_type,omitempty"`
 	WorkArgs      json.RawMessage `json:"work_args,omitempty"`
-	Status        Status          `json:"status"`
-	Result        *string         `json:"result"`
-	Error         *string         `json:"error"`
-	Notified      bool            `json:"notified"`
-	BatchID       *string         `json:"batch_id"`
-	Incognito     bool            `json:"incognito"`
-	Attempts      int             `json:"attempts"`
-	ReportIndexed bool            `json:"report_indexed"`
+	// WorkArgsExcerpt stands in lists for work_args over ListArgsMax bytes:
+	// their first characters, so a page stays small.
+	WorkArgsExcerpt string  `json:"work_args_excerpt,omitempty"`
+	Status          Status  `json:"status"`
+	Result          *string `json:"result"`
+	Error           *string `json:"error"`
+	Notified        bool    `json:"notified"`
+	BatchID         *string `json:"batch_id"`
+	Incognito       bool    `json:"incognito"`
+	Attempts        int     `json:"attempts"`
+	ReportIndexed   bool    `json:"report_indexed"`
 	// Generation counts operator retries; 0 for a job never retried.
 	Generation int `json:"generation,omitempty"`
 	// Progress is the latest update a streaming agent sent, cut to 500
@@ -80,7 +83,10 @@ type Job struct {
 	// report is searchable.
 	HoldForIndex bool `json:"-"`
 	// WaitUntil is set while a caller waits for the job (wait_ms).
-	WaitUntil   time.Time  `json:"-"`
+	WaitUntil time.Time `json:"-"`
+	// ReplayUntil is set when a drain with an Idempotency-Key handed the
+	// job over: until then a repeat of that drain reads the row again.
+	ReplayUntil time.Time  `json:"-"`
 	CreatedAt   time.Time  `json:"created_at"`
 	StartedAt   *time.Time `json:"started_at"`
 	CompletedAt *time.Time `json:"completed_at"`

@@ -1,6 +1,9 @@
 package bgjobs
 
-import "regexp"
+import (
+	"regexp"
+	"time"
+)
 
 // Limits of the HTTP contract (API.md "Conventions").
 const (
@@ -27,6 +30,16 @@ func ValidJobID(s string) bool { return jobIDRE.MatchString(s) }
 
 // ValidBatchID reports whether s has the shape bt-<12 hex>.
 func ValidBatchID(s string) bool { return batchIDRE.MatchString(s) }
+
+// Within turns n units of unit into a duration, or returns the 400 naming
+// field when n is below 0 or the duration above max. The range is checked
+// before multiplying, so a huge n cannot wrap around into a small one.
+func Within(field string, n int64, unit, max time.Duration) (time.Duration, error) {
+	if n < 0 || n > int64(max/unit) {
+		return 0, FieldError(field, "between 0 and %d", int64(max/unit))
+	}
+	return time.Duration(n) * unit, nil
+}
 
 // CheckSession returns the 400 for a bad session id, naming field; nil
 // when s is valid.

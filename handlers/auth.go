@@ -83,6 +83,9 @@ func newAuthenticator(cfg bgjobs.Config, lookup func(ctx context.Context, key st
 // cannot send headers, only its SameSite=Strict cookie.
 func credential(c echo.Context) string {
 	key, ok := strings.CutPrefix(c.Request().Header.Get("Authorization"), "Bearer ")
+	if !ok {
+		key = "" // only the Bearer scheme carries a key
+	}
 	if !ok && c.Request().Method == http.MethodGet {
 		if ck, err := c.Cookie(keyCookie); err == nil {
 			key = ck.Value

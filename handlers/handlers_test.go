@@ -9,7 +9,9 @@ import (
 	"net/http/httptest"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
 	"github.com/bgjobs/bgjobs"
@@ -26,7 +28,7 @@ type testBundle struct {
 func setup(t *testing.T) *testBundle {
 	t.Helper()
 	env := testenv.New(t)
-	cfg := bgjobs.Config{Namespace: env.Namespace, APIKeys: map[string]string{"key-a": "alpha"}}.WithDefaults()
+	cfg := bgjobs.Config{Namespace: env.Namespace, APIKeys: map[string]string{"key-a": "alpha"}, AgentAllow: []string{"127.0.0.1"}}.WithDefaults()
 	m := tasks.NewManager(env.RDB, cfg, tasks.Deps{Logger: slog.New(slog.DiscardHandler)})
 	t.Cleanup(func() { _ = m.Close() })
 	srv := httptest.NewServer(NewServer(cfg, Deps{Manager: m, Log: slog.New(slog.NewTextHandler(io.Discard, nil))}))
@@ -110,6 +112,11 @@ func TestBadInput(t *testing.T) {
 		{desc: "unknown route", method: "GET", path: "/v1/nothing", wantStatus: 404, wantCode: "not_found"},
 		{desc: "no key", method: "GET", path: "/v1/jobs", hdr: map[string]string{"Authorization": ""}, wantStatus: 401, wantCode: "unauthenticated"},
 		{desc: "not bearer", method: "GET", path: "/v1/jobs", hdr: map[string]string{"Authorization": "Basic a2V5LWE="}, wantStatus: 401, wantCode: "unauthenticated"},
+		{desc: "a valid key with no scheme", method: "GET", path: "/v1/jobs", hdr: map[string]string{"Authorization": "key-a"}, wantStatus: 401, wantCode: "unauthenticated"},
+		{desc: "wait_ms past int64 milliseconds", method: "POST", path: "/v1/jobs", body: `{"origin_session":"s","wait_ms":18446744073710,` + echo + `}`, wantStatus: 400, wantCode: "invalid_argument", wantField: "wait_ms"},
+		{desc: "delay_ms that would wrap", method: "POST", path: "/v1/jobs", body: `{"origin_session":"s","kind":"work","work":{"type":"echo","args":{"delay_ms":9223372036855}}}`, wantStatus: 400, wantCode: "invalid_argument", wantField: "work.args.delay_ms"},
+		{desc: "ttl_s that would wrap", method: "POST", path: "/v1/sessions/s/busy", body: `{"ttl_s":18446747674}`, wantStatus: 400, wantCode: "invalid_argument", wantField: "ttl_s"},
+		{desc: "ttl_s past the cap", method: "POST", path: "/v1/sessions/s/busy", body: `{"ttl_s":86401}`, wantStatus: 400, wantCode: "invalid_argument", wantField: "ttl_s"},
 	} {
 		t.Run(tc.desc, func(t *testing.T) {
 			code, body := b.do(t, tc.method, tc.path, tc.body, tc.hdr)
@@ -161,4 +168,26 @@ func TestAgentSecretsAreRedacted(t *testing.T) {
 	require.Equal(t, http.StatusOK, code)
 	require.Equal(t, "[redacted]", body["webhook_secret"])
 	require.NotContains(t, body, "s3cret")
+}
+
+// A 503 says what could not be done and that a retry may work; the Redis
+// address and its error stay in the log.
+func TestUnavailableNamesNoInternals(t *testing.T) {
+	t.Parallel()
+	rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1", MaxRetries: -1, DialTimeout: 200 * time.Millisecond})
+	t.Cleanup(func() { _ = rdb.Close() })
+	cfg := bgjobs.Config{Namespace: "t-dead", APIKeys: map[string]string{"key-a": "alpha"}}.WithDefaults()
+	m := tasks.NewManager(rdb, cfg, tasks.Deps{Logger: slog.New(slog.DiscardHandler)})
+	t.Cleanup(func() { _ = m.Close() })
+	srv := httptest.NewServer(NewServer(cfg, Deps{Manager: m, Log: slog.New(slog.NewTextHandler(io.Discard, nil))}))
+	t.Cleanup(srv.Close)
+	b := &testBundle{srv: srv, m: m, cfg: cfg}
+	for _, path := range []string{"/readyz", "/v1/jobs/bg-000000000000"} {
+		code, body := b.do(t, "GET", path, "", nil)
+		require.Equal(t, http.StatusServiceUnavailable, code, "%s: %v", path, body)
+		e := body["error"].(map[string]any)
+		require.Equal(t, "unavailable", e["code"])
+		require.NotContains(t, e["message"], "127.0.0.1", path)
+		require.NotContains(t, e["message"], "dial", path)
+	}
 }

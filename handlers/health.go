@@ -24,7 +24,7 @@ func handleReadyz(m *tasks.Manager) echo.HandlerFunc {
 		ctx, cancel := context.WithTimeout(c.Request().Context(), 2*time.Second)
 		defer cancel()
 		if err := m.Ping(ctx); err != nil {
-			return bgjobs.Errorf(bgjobs.EUnavailable, "redis does not answer: %v", err)
+			return bgjobs.Unavailable("redis does not answer", err)
 		}
 		return c.JSON(http.StatusOK, map[string]string{"status": "ready"})
 	}

@@ -21,7 +21,7 @@ type spawnBody struct {
 	Prompt        string           `json:"prompt"`
 	Incognito     bool             `json:"incognito"`
 	Work          *bgjobs.WorkSpec `json:"work"`
-	WaitMS        int              `json:"wait_ms"`
+	WaitMS        int64            `json:"wait_ms"`
 }
 
 type spawnResponse struct {
@@ -37,10 +37,11 @@ func spawnMessage(id string) string {
 }
 
 func (b spawnBody) request(agent, idemKey string) (tasks.SpawnRequest, error) {
-	if b.WaitMS < 0 || time.Duration(b.WaitMS)*time.Millisecond > tasks.WaitMax {
-		return tasks.SpawnRequest{}, bgjobs.FieldError("wait_ms", "between 0 and %d", tasks.WaitMax.Milliseconds())
+	wait, err := bgjobs.Within("wait_ms", b.WaitMS, time.Millisecond, tasks.WaitMax)
+	if err != nil {
+		return tasks.SpawnRequest{}, err
 	}
-	return tasks.SpawnRequest{Wait: time.Duration(b.WaitMS) * time.Millisecond,
+	return tasks.SpawnRequest{Wait: wait,
 		Agent: agent, OriginSession: b.OriginSession, Kind: bgjobs.Kind(b.Kind),
 		SubagentType: b.SubagentType, Description: b.Description, Prompt: b.Prompt,
 		Work: b.Work, Incognito: b.Incognito, IdempotencyKey: idemKey,

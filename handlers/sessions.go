@@ -60,7 +60,7 @@ func handleDrain(m *tasks.Manager) func(echo.Context, string) error {
 }
 
 type busyBody struct {
-	TTLS *int `json:"ttl_s"`
+	TTLS *int64 `json:"ttl_s"`
 }
 
 type busyResponse struct {
@@ -84,7 +84,10 @@ func handleBusy(m *tasks.Manager) func(echo.Context, string) error {
 		}
 		ttl := tasks.BusyTTLDefault
 		if b.TTLS != nil {
-			ttl = time.Duration(*b.TTLS) * time.Second
+			// Zero is refused by Busy; past the cap, before it can wrap.
+			if ttl, err = bgjobs.Within("ttl_s", *b.TTLS, time.Second, tasks.BusyTTLMax); err != nil {
+				return err
+			}
 		}
 		if err := m.Busy(c.Request().Context(), agent, session, ttl); err != nil {
 			return err

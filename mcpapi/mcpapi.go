@@ -68,7 +68,7 @@ type SpawnInput struct {
 	Kind          string           `json:"kind,omitempty" jsonschema:"turn (default) or work"`
 	Work          *bgjobs.WorkSpec `json:"work,omitempty" jsonschema:"for kind work: the registered work type and its args"`
 	Incognito     bool             `json:"incognito,omitempty" jsonschema:"keep the report out of memory and send no resume"`
-	WaitMS        int              `json:"wait_ms,omitempty" jsonschema:"wait up to this many milliseconds (at most 120000): a job that ends in time returns its result here and is not notified again"`
+	WaitMS        int64            `json:"wait_ms,omitempty" jsonschema:"wait up to this many milliseconds (at most 120000): a job that ends in time returns its result here and is not notified again"`
 }
 
 // BatchInput is task_batch's input.
@@ -143,7 +143,11 @@ func NewServer(ctx context.Context, m *tasks.Manager, mem Recaller, agent string
 	mcp.AddTool(s, &mcp.Tool{Name: "spawn_background", Description: SpawnDescription, InputSchema: spawnSchema},
 		func(ctx context.Context, _ *mcp.CallToolRequest, in SpawnInput) (*mcp.CallToolResult, any, error) {
 			req := in.request(agent, in.OriginSession)
-			req.Wait = time.Duration(in.WaitMS) * time.Millisecond
+			wait, err := bgjobs.Within("wait_ms", in.WaitMS, time.Millisecond, tasks.WaitMax)
+			if err != nil {
+				return toolError(err)
+			}
+			req.Wait = wait
 			j, _, delivered, err := m.SpawnAndWait(ctx, req)
 			if err != nil {
 				return toolError(err)

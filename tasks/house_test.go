@@ -131,3 +131,53 @@ func TestRetriedJobsMergedNudgeIsDelivered(t *testing.T) {
 	}
 	require.Contains(t, ids, "resume-"+bj.ID+"-r1")
 }
+
+// Purge never takes a row a drain's repeat will read again: a drain with an
+// Idempotency-Key keeps its rows for the replay window, whatever
+// --older-than says; a row drained without one goes.
+func TestPurgeKeepsADrainsReplay(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.startWorker(t)
+	ctx := context.Background()
+	keyed := b.spawn(t, echoSpawn("chat-keyed", "keep me", 0, false))
+	plain := b.spawn(t, echoSpawn("chat-plain", "take me", 0, false))
+	b.waitStatus(t, keyed.ID, bgjobs.StatusCompleted, 20*time.Second)
+	b.waitStatus(t, plain.ID, bgjobs.StatusCompleted, 20*time.Second)
+	first, err := b.m.Drain(ctx, "alpha", "chat-keyed", "idem-1")
+	require.NoError(t, err)
+	require.Len(t, first, 1)
+	require.Len(t, b.drain(t, "chat-plain"), 1)
+
+	purged, err := b.m.Purge(ctx, PurgeRequest{})
+	require.NoError(t, err)
+	require.Len(t, purged, 1)
+	require.Equal(t, plain.ID, purged[0].ID)
+	again, err := b.m.Drain(ctx, "alpha", "chat-keyed", "idem-1")
+	require.NoError(t, err)
+	require.Equal(t, first, again, "the repeat still finds its row")
+}
+
+// A list page stays small however large the jobs' arguments: rows carry an
+// excerpt of large work_args; the job itself still has them whole.
+func TestListCarriesAnExcerptOfLargeArgs(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	req := echoSpawn("chat-big", strings.Repeat("x", 1<<20), 0, false)
+	req.Description = "big"
+	big := b.spawn(t, req)
+	small := b.spawn(t, echoSpawn("chat-big", "small", 0, false))
+	rows, _, err := b.m.List(ctx, ListRequest{Agent: "alpha"})
+	require.NoError(t, err)
+	require.Len(t, rows, 2)
+	byID := map[string]*bgjobs.Job{rows[0].ID: rows[0], rows[1].ID: rows[1]}
+	require.Nil(t, byID[big.ID].WorkArgs)
+	require.LessOrEqual(t, len([]rune(byID[big.ID].WorkArgsExcerpt)), ListArgsMax/2+1)
+	require.True(t, strings.HasPrefix(byID[big.ID].WorkArgsExcerpt, `{"text":"xxx`))
+	require.JSONEq(t, `{"text":"small","delay_ms":0,"fail":false}`, string(byID[small.ID].WorkArgs))
+	require.Empty(t, byID[small.ID].WorkArgsExcerpt)
+	whole, err := b.m.Get(ctx, "alpha", big.ID)
+	require.NoError(t, err)
+	require.Len(t, whole.WorkArgs, len(big.WorkArgs))
+}

@@ -155,7 +155,7 @@ func (m *Manager) Purge(ctx context.Context, req PurgeRequest) ([]*bgjobs.Job, e
 				m.store.Unlist(registry.JobList{Agent: agent}, ids[i])
 				continue
 			}
-			if !purgeable(j, req, cutoff) {
+			if !purgeable(j, req, cutoff, m.now()) {
 				continue
 			}
 			if !req.DryRun {
@@ -174,8 +174,10 @@ func (m *Manager) Purge(ctx context.Context, req PurgeRequest) ([]*bgjobs.Job, e
 	return out, nil
 }
 
-func purgeable(j *bgjobs.Job, req PurgeRequest, cutoff time.Time) bool {
-	if !j.Status.Terminal() || !j.Notified || j.CompletedAt == nil || j.CompletedAt.After(cutoff) {
+// purgeable: ended, handed over, older than the cutoff, of a status asked
+// for, and not awaited by the repeat of a drain (whatever --older-than says).
+func purgeable(j *bgjobs.Job, req PurgeRequest, cutoff, now time.Time) bool {
+	if !j.Status.Terminal() || !j.Notified || j.CompletedAt == nil || j.CompletedAt.After(cutoff) || j.ReplayUntil.After(now) {
 		return false
 	}
 	if len(req.Statuses) == 0 {

@@ -152,8 +152,8 @@ func decodeEchoArgs(raw json.RawMessage) (EchoArgs, error) {
 		}
 		return a, bgjobs.FieldError("work.args", "echo args: %v", err)
 	}
-	if a.DelayMS < 0 || time.Duration(a.DelayMS)*time.Millisecond > maxEchoDelay {
-		return a, bgjobs.FieldError("work.args.delay_ms", "must be between 0 and %d", maxEchoDelay.Milliseconds())
+	if _, err := bgjobs.Within("work.args.delay_ms", int64(a.DelayMS), time.Millisecond, maxEchoDelay); err != nil {
+		return a, err
 	}
 	return a, nil
 }

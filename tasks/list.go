@@ -27,6 +27,9 @@ type ListRequest struct {
 const (
 	ListLimitDefault = 50
 	ListLimitMax     = 200
+	// ListArgsMax is the most work_args a list row carries whole; larger
+	// ones become a work_args_excerpt of half as many characters.
+	ListArgsMax = 1024
 	// listScanBudget bounds how many rows one page reads while filtering,
 	// so a rare status cannot turn one request into a full scan.
 	listScanBudget = 2000
@@ -108,6 +111,9 @@ func (m *Manager) List(ctx context.Context, req ListRequest) ([]*bgjobs.Job, str
 				j.Result = nil
 			}
 			j.Prompt = ""
+			if len(j.WorkArgs) > ListArgsMax {
+				j.WorkArgsExcerpt, j.WorkArgs = bgjobs.Excerpt(string(j.WorkArgs), ListArgsMax/2), nil
+			}
 			out = append(out, j)
 			if len(out) == req.Limit {
 				return out, encodeCursor(lastScore, lastID), nil

@@ -362,7 +362,7 @@ func TestCancelRunningJob(t *testing.T) {
 
 	// The handler stops and asynq lets the task go: it is not retried.
 	queue := b.m.Queue(QueueWork)
-	testenv.Eventually(t, 10*time.Second, "the task to leave the queue", func() bool {
+	testenv.Eventually(t, 30*time.Second, "the task to leave the queue", func() bool {
 		info, err := b.m.Inspector().GetTaskInfo(queue, j.ID)
 		return err != nil || (info.State != asynq.TaskStateActive && info.State != asynq.TaskStatePending)
 	})

@@ -24,5 +24,9 @@ func (m *Manager) IsBusy(ctx context.Context, agent, session string) (bool, erro
 	return m.follow.IsBusy(ctx, agent, session)
 }
 
-// BusyTTLDefault is the lease when a busy call names none.
-const BusyTTLDefault = followup.BusyTTLDefault
+// BusyTTLDefault is the lease when a busy call names none; BusyTTLMax the
+// longest one call may take.
+const (
+	BusyTTLDefault = followup.BusyTTLDefault
+	BusyTTLMax     = followup.BusyTTLMax
+)

@@ -57,7 +57,7 @@ func (m *Manager) Spawn(ctx context.Context, req SpawnRequest) (job *bgjobs.Job,
 	if err := ctx.Err(); err != nil {
 		// The pipeline may still be going out: a job that got in runs and
 		// settles as usual; one half-written is the reconciler's.
-		return nil, false, bgjobs.Errorf(bgjobs.EUnavailable, "spawn: %v", err)
+		return nil, false, bgjobs.Unavailable("spawn", err)
 	}
 	rowErr := row.Err()
 	switch {
@@ -70,7 +70,7 @@ func (m *Manager) Spawn(ctx context.Context, req SpawnRequest) (job *bgjobs.Job,
 		// The task is queued but its row is not whole: take the task back.
 		m.eng.DeleteTask(j)
 		m.store.Forget(context.WithoutCancel(ctx), j)
-		return nil, false, bgjobs.Errorf(bgjobs.EUnavailable, "create job: %v", rowErr)
+		return nil, false, bgjobs.Unavailable("create job", rowErr)
 	}
 	m.feeds.Publish(bgjobs.JobEvent(bgjobs.EventStarted, j, bgjobs.StatusQueued, j.CreatedAt))
 	metrics.Spawned.WithLabelValues(string(j.Kind)).Inc()

@@ -120,7 +120,7 @@ func (e *Engine) EnqueueJob(ctx context.Context, j *bgjobs.Job) error {
 		if errors.Is(err, asynq.ErrTaskIDConflict) {
 			return bgjobs.Errorf(bgjobs.EConflict, "job id %s is already queued", j.ID)
 		}
-		return bgjobs.Errorf(bgjobs.EUnavailable, "enqueue: %v", err)
+		return bgjobs.Unavailable("enqueue", err)
 	}
 	return nil
 }

@@ -39,7 +39,7 @@ func (f *Followups) Busy(ctx context.Context, agent, session string, ttl time.Du
 	err := f.eng.ArmTimer(ctx, engine.TypeLapse, "lapse:"+registry.Digest(tag)+":"+strconv.FormatInt(expiry.UnixMilli(), 10),
 		engine.ControlPayload{Agent: agent, Session: session}, ttl+250*time.Millisecond)
 	if err != nil {
-		return bgjobs.Errorf(bgjobs.EUnavailable, "busy lapse timer: %v", err)
+		return bgjobs.Unavailable("busy lapse timer", err)
 	}
 	return nil
 }

@@ -2,7 +2,6 @@ package registry
 
 import (
 	"errors"
-	"fmt"
 
 	"github.com/bgjobs/bgjobs"
 )
@@ -43,5 +42,5 @@ func Unavailable(op string, err error) error {
 	if err == nil {
 		return nil
 	}
-	return &bgjobs.Error{Code: bgjobs.EUnavailable, Message: fmt.Sprintf("%s: redis: %v", op, err)}
+	return bgjobs.Unavailable(op, err)
 }

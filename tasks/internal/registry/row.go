@@ -19,7 +19,7 @@ const (
 	fCreated, fStarted, fCompleted      = "created_at", "started_at", "completed_at"
 	fReportIndexed, fHasResult, fHasErr = "report_indexed", "has_result", "has_error"
 	fGeneration, fWaitUntil, fProgress  = "generation", "wait_until", "progress"
-	fHoldIndex                          = "hold_index"
+	fHoldIndex, fReplayUntil            = "hold_index", "replay_until"
 )
 
 // rowFields is a new job's hash.
@@ -76,6 +76,9 @@ func jobFromHash(h map[string]string) *bgjobs.Job {
 	j.Generation, _ = strconv.Atoi(h[fGeneration])
 	if s := h[fWaitUntil]; s != "" {
 		j.WaitUntil = msTime(s)
+	}
+	if s := h[fReplayUntil]; s != "" {
+		j.ReplayUntil = msTime(s)
 	}
 	j.CreatedAt = msTime(h[fCreated])
 	if s := h[fStarted]; s != "" {

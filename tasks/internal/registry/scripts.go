@@ -156,7 +156,8 @@ var drainFields = []string{fID, fStatus, fDescription, fKind, fHasResult, fResul
 // completion first, and marks each notified in the same step: the
 // exactly-once flip. With an idempotency key, the ids handed over are kept
 // for ARGV[3] seconds and a repeat returns the same rows without flipping
-// anything new. With ARGV[6] = "1", a report the settle marked hold_index
+// anything new (each row handed over is marked replay_until, so purge
+// leaves it for the repeat). With ARGV[6] = "1", a report the settle marked hold_index
 // (it will be cut, with a pointer to memory_recall) stays pending until it
 // is searchable, but never longer than the grace: after that it goes out
 // whole rather than wait on an index that is not running. A job a caller
@@ -198,6 +199,10 @@ if not repeated then
     local st = f[5]
     if not held and st and terminal(st) and redis.call('HGET', k, 'notified') ~= '1' then
       redis.call('HSET', k, 'notified', '1', 'notified_at', ARGV[5])
+      if ARGV[2] == '1' then
+        -- a repeat of this drain reads the row again: purge keeps it until then
+        redis.call('HSET', k, 'replay_until', tonumber(ARGV[5]) + 1000 * tonumber(ARGV[3]))
+      end
       redis.call('EXPIRE', k, ARGV[4])
       taken[#taken + 1] = id
     end
