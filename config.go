@@ -30,7 +30,10 @@ const (
 	ControlPollIntervalDefault = 100 * time.Millisecond
 	SparePollIntervalDefault   = 100 * time.Millisecond
 	MaxFetchLoopsDefault       = 12
-	MaxFastFetchLoopsDefault   = 3
+	// Event streams (SSE) a process serves.
+	EventStreamsPerAgentDefault = 16
+	EventStreamsDefault         = 1024
+	MaxFastFetchLoopsDefault    = 3
 )
 
 // Config is everything a bgjobs process reads at start. Load reads it from
@@ -123,6 +126,15 @@ type Config struct {
 	// SparePollInterval (BGJOBS_MAX_FAST_FETCH_LOOPS). Defaults to
 	// MaxFastFetchLoopsDefault.
 	MaxFastFetchLoops int
+	// EventStreamsPerAgent caps the event streams (GET /v1/events) one
+	// agent (or the admin) holds open on a process at once
+	// (BGJOBS_EVENT_STREAMS_PER_AGENT); past it the answer is 429.
+	// Defaults to EventStreamsPerAgentDefault.
+	EventStreamsPerAgent int
+	// EventStreams caps the event streams a process serves in all
+	// (BGJOBS_EVENT_STREAMS). They share one Redis read, whatever their
+	// number. Defaults to EventStreamsDefault.
+	EventStreams int
 	// SparePollInterval is how often the spare work fetch loops poll an
 	// idle queue (BGJOBS_SPARE_POLL_INTERVAL). Defaults to
 	// SparePollIntervalDefault.
@@ -148,6 +160,8 @@ func (c Config) WithDefaults() Config {
 	c.ResumePollInterval = cmp.Or(c.ResumePollInterval, ResumePollIntervalDefault)
 	c.ControlPollInterval = max(c.PollInterval, cmp.Or(c.ControlPollInterval, ControlPollIntervalDefault))
 	c.MaxFetchLoops = cmp.Or(c.MaxFetchLoops, MaxFetchLoopsDefault)
+	c.EventStreamsPerAgent = cmp.Or(c.EventStreamsPerAgent, EventStreamsPerAgentDefault)
+	c.EventStreams = cmp.Or(c.EventStreams, EventStreamsDefault)
 	c.MaxFastFetchLoops = cmp.Or(c.MaxFastFetchLoops, MaxFastFetchLoopsDefault)
 	c.SparePollInterval = max(c.PollInterval, cmp.Or(c.SparePollInterval, SparePollIntervalDefault))
 	return c
@@ -230,6 +244,8 @@ func Load(getenv func(string) string) (Config, error) {
 		{"BGJOBS_SUMMARY_CHARS", &c.SummaryChars},
 		{"BGJOBS_MAX_FETCH_LOOPS", &c.MaxFetchLoops},
 		{"BGJOBS_MAX_FAST_FETCH_LOOPS", &c.MaxFastFetchLoops},
+		{"BGJOBS_EVENT_STREAMS_PER_AGENT", &c.EventStreamsPerAgent},
+		{"BGJOBS_EVENT_STREAMS", &c.EventStreams},
 	}
 	for _, v := range ints {
 		if s := getenv(v.name); s != "" {

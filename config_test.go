@@ -23,7 +23,8 @@ func TestWithDefaultsAppliesEveryDefault(t *testing.T) {
 		PollInterval: bgjobs.PollIntervalDefault, TurnPollInterval: bgjobs.TurnPollIntervalDefault,
 		ResumePollInterval: bgjobs.ResumePollIntervalDefault, ControlPollInterval: bgjobs.ControlPollIntervalDefault,
 		MaxFetchLoops: bgjobs.MaxFetchLoopsDefault, MaxFastFetchLoops: bgjobs.MaxFastFetchLoopsDefault,
-		SparePollInterval: bgjobs.SparePollIntervalDefault,
+		SparePollInterval:    bgjobs.SparePollIntervalDefault,
+		EventStreamsPerAgent: bgjobs.EventStreamsPerAgentDefault, EventStreams: bgjobs.EventStreamsDefault,
 	}
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("WithDefaults (-want +got):\n%s", diff)

@@ -265,9 +265,10 @@ func JobEvent(typ string, j *Job, status Status, at time.Time) Event {
 // StreamEvent is one entry of an agent's event stream: its id (usable as an
 // SSE Last-Event-ID), type and JSON body.
 type StreamEvent struct {
-	ID   string
-	Type string
-	Data string
+	ID    string
+	Agent string
+	Type  string
+	Data  string
 }
 
 // Notification is one finished job handed to the origin's model by a drain.

@@ -20,7 +20,9 @@ const sseKeepAlive = 15 * time.Second
 // id is its entry in the agent's capped stream, so a client that reconnects
 // with Last-Event-ID gets every event it missed, in order, then the live
 // ones: the stream is read, not a pub/sub channel, so nothing falls between.
-// The admin key sees every agent, or one with ?agent=.
+// The admin key sees every agent, or one with ?agent=. Every stream of the
+// process shares one Redis read (the Manager's event hub); an agent holding
+// its most open streams gets 429.
 func handleEvents(m *tasks.Manager) echo.HandlerFunc {
 	return func(c echo.Context) error {
 		who, _ := c.Get(callerKey).(caller)
@@ -65,6 +67,15 @@ func handleEvents(m *tasks.Manager) echo.HandlerFunc {
 				after[a] = id
 			}
 		}
+		owner := who.agent
+		if who.admin && c.QueryParam("agent") == "" {
+			owner = ""
+		}
+		sub, err := m.SubscribeEvents(owner, after)
+		if err != nil {
+			return err
+		}
+		defer sub.Close()
 		w := c.Response()
 		w.Header().Set(echo.HeaderContentType, "text/event-stream")
 		w.Header().Set("Cache-Control", "no-cache")
@@ -72,34 +83,28 @@ func handleEvents(m *tasks.Manager) echo.HandlerFunc {
 		w.WriteHeader(http.StatusOK)
 		fmt.Fprint(w, ": connected\n\n")
 		w.Flush()
-		if len(agents) == 0 {
-			<-ctx.Done()
-			return nil
-		}
-		lastBeat := time.Now()
-		for ctx.Err() == nil {
-			events, next, err := m.ReadEvents(ctx, after, 5*time.Second)
-			if err != nil {
-				if ctx.Err() != nil {
+		beat := time.NewTicker(sseKeepAlive)
+		defer beat.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return nil
+			case <-beat.C:
+				fmt.Fprint(w, ": keep-alive\n\n")
+				w.Flush()
+			case e, ok := <-sub.C:
+				if !ok {
+					// Fell behind: the client reconnects with Last-Event-ID.
+					fmt.Fprintf(w, ": %s\n\n", strings.ReplaceAll(fmt.Sprint(sub.Err()), "\n", " "))
+					w.Flush()
 					return nil
 				}
-				fmt.Fprintf(w, ": error %s\n\n", strings.ReplaceAll(err.Error(), "\n", " "))
-				w.Flush()
-				time.Sleep(time.Second)
-				continue
-			}
-			after = next
-			for _, e := range events {
 				fmt.Fprintf(w, "id: %s\nevent: %s\ndata: %s\n\n", e.ID, e.Type, e.Data)
-			}
-			if len(events) > 0 || time.Since(lastBeat) > sseKeepAlive {
-				if len(events) == 0 {
-					fmt.Fprint(w, ": keep-alive\n\n")
+				// Flush once the burst is written.
+				if len(sub.C) == 0 {
+					w.Flush()
 				}
-				w.Flush()
-				lastBeat = time.Now()
 			}
 		}
-		return nil
 	}
 }

@@ -2,6 +2,7 @@ package tasks
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"runtime"
 	"strings"
@@ -180,4 +181,44 @@ func TestListCarriesAnExcerptOfLargeArgs(t *testing.T) {
 	whole, err := b.m.Get(ctx, "alpha", big.ID)
 	require.NoError(t, err)
 	require.Len(t, whole.WorkArgs, len(big.WorkArgs))
+}
+
+// The event hub: a subscriber joining late with an earlier Last-Event-ID
+// gets what it missed and then the live events, in order, once; those
+// already reading get nothing twice. Past the per-agent share: rate_limited.
+func TestEventHubOrdersLateJoiners(t *testing.T) {
+	t.Parallel()
+	b := setup(t, func(c *bgjobs.Config, _ *Deps) { c.EventStreamsPerAgent = 2 })
+	next := func(s *Subscription) bgjobs.StreamEvent {
+		t.Helper()
+		select {
+		case e, ok := <-s.C:
+			require.True(t, ok, "subscription ended: %v", s.Err())
+			return e
+		case <-time.After(10 * time.Second):
+			t.Fatal("no event")
+		}
+		return bgjobs.StreamEvent{}
+	}
+	first, err := b.m.SubscribeEvents("alpha", map[string]string{"alpha": "0"})
+	require.NoError(t, err)
+	defer first.Close()
+	var ids []string
+	for i := range 3 {
+		b.spawn(t, echoSpawn("chat-hub", fmt.Sprint(i), 0, false))
+		ids = append(ids, next(first).ID)
+	}
+	late, err := b.m.SubscribeEvents("alpha", map[string]string{"alpha": ids[0]})
+	require.NoError(t, err)
+	defer late.Close()
+	_, err = b.m.SubscribeEvents("alpha", map[string]string{"alpha": "0"})
+	require.Equal(t, bgjobs.ERateLimited, bgjobs.ErrorCode(err), "a third stream is past alpha's share")
+
+	require.Equal(t, ids[1], next(late).ID)
+	require.Equal(t, ids[2], next(late).ID)
+	b.spawn(t, echoSpawn("chat-hub", "live", 0, false))
+	live := next(late)
+	require.Equal(t, live.ID, next(first).ID, "the reader already there gets the live event, and nothing twice")
+	require.Empty(t, first.C)
+	require.Empty(t, late.C)
 }

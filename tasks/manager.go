@@ -57,6 +57,7 @@ type Manager struct {
 	eng     *engine.Engine
 	follow  *followup.Followups
 	maint   *maintenance.Maintainer
+	hub     *eventHub
 	kinds   *Kinds
 	// agentAllow is where agents may live in internal space.
 	agentAllow netguard.Allow
@@ -89,8 +90,10 @@ func NewManager(rdb redis.UniversalClient, cfg bgjobs.Config, d Deps) *Manager {
 		BatchJoinTimeout: cfg.BatchJoinTimeout, SummaryChars: cfg.SummaryChars},
 		followup.Deps{Store: store, Wake: wake.New(rdb, w, store.Keys()), Feeds: streams, Tenants: agents, Engine: eng, Resumer: d.Resumer, Now: d.Now, Log: d.Logger})
 	_ = follow.Start(context.Background())
+	hub := newEventHub(streams, d.Logger, cfg.EventStreamsPerAgent, cfg.EventStreams)
+	_ = hub.Start(context.Background())
 	return &Manager{
-		cfg: cfg, writer: w, store: store, feeds: streams, tenants: agents, eng: eng, follow: follow,
+		cfg: cfg, writer: w, store: store, feeds: streams, tenants: agents, eng: eng, hub: hub, follow: follow,
 		maint: maintenance.New(maintenance.Deps{Store: store, Engine: eng, Followups: follow,
 			Interval: cfg.ReconcileInterval, Now: d.Now, Log: d.Logger}),
 		kinds: d.Kinds, agentAllow: netguard.NewAllow(cfg.AgentAllow), turns: d.Turns, now: d.Now, log: d.Logger,
@@ -101,6 +104,7 @@ func NewManager(rdb redis.UniversalClient, cfg bgjobs.Config, d Deps) *Manager {
 // The Redis client (which asynq's client shares) stays the caller's. Stop
 // workers first.
 func (m *Manager) Close() error {
+	m.hub.Stop()
 	m.follow.Stop()
 	m.writer.Stop()
 	return nil

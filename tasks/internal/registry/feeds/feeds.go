@@ -77,7 +77,7 @@ func (s *Store) ReadEvents(ctx context.Context, after map[string]string, block t
 		for _, msg := range st.Messages {
 			typ, _ := msg.Values["type"].(string)
 			data, _ := msg.Values["data"].(string)
-			out = append(out, bgjobs.StreamEvent{ID: msg.ID, Type: typ, Data: data})
+			out = append(out, bgjobs.StreamEvent{ID: msg.ID, Agent: agent, Type: typ, Data: data})
 			next[agent] = msg.ID
 		}
 	}
