@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/bgjobs/bgjobs"
+	"github.com/bgjobs/bgjobs/tasks/eventhub"
 )
 
 // ReadEvents returns the events of the agents' streams after the given ids
@@ -24,4 +25,13 @@ func (m *Manager) LastEventID(ctx context.Context, agent string) (string, error)
 // watching everyone.
 func (m *Manager) EventAgents(ctx context.Context) ([]string, error) {
 	return m.feeds.EventAgents(ctx)
+}
+
+// SubscribeEvents opens a subscription to the agents' events after the
+// given ids (one per agent; "0" from the start) on the process's one
+// reader. owner is who holds it (the caller's agent, "" for the admin):
+// each owner may hold Config.EventStreamsPerAgent at once, the process
+// Config.EventStreams in all; past either the answer is rate_limited.
+func (m *Manager) SubscribeEvents(owner string, after map[string]string) (*eventhub.Subscription, error) {
+	return m.hub.Subscribe(owner, after)
 }

@@ -13,6 +13,7 @@ import (
 
 	"github.com/bgjobs/bgjobs"
 	"github.com/bgjobs/bgjobs/internal/testenv"
+	"github.com/bgjobs/bgjobs/tasks/eventhub"
 )
 
 // A Manager that was started, ran a job and was stopped leaves no
@@ -189,7 +190,7 @@ func TestListCarriesAnExcerptOfLargeArgs(t *testing.T) {
 func TestEventHubOrdersLateJoiners(t *testing.T) {
 	t.Parallel()
 	b := setup(t, func(c *bgjobs.Config, _ *Deps) { c.EventStreamsPerAgent = 2 })
-	next := func(s *Subscription) bgjobs.StreamEvent {
+	next := func(s *eventhub.Subscription) bgjobs.StreamEvent {
 		t.Helper()
 		select {
 		case e, ok := <-s.C:

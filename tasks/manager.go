@@ -22,6 +22,7 @@ import (
 	"github.com/bgjobs/bgjobs"
 	"github.com/bgjobs/bgjobs/internal/netguard"
 	"github.com/bgjobs/bgjobs/internal/pipeline"
+	"github.com/bgjobs/bgjobs/tasks/eventhub"
 	"github.com/bgjobs/bgjobs/tasks/internal/engine"
 	"github.com/bgjobs/bgjobs/tasks/internal/followup"
 	"github.com/bgjobs/bgjobs/tasks/internal/maintenance"
@@ -57,7 +58,7 @@ type Manager struct {
 	eng     *engine.Engine
 	follow  *followup.Followups
 	maint   *maintenance.Maintainer
-	hub     *eventHub
+	hub     *eventhub.Hub
 	kinds   *Kinds
 	// agentAllow is where agents may live in internal space.
 	agentAllow netguard.Allow
@@ -90,7 +91,7 @@ func NewManager(rdb redis.UniversalClient, cfg bgjobs.Config, d Deps) *Manager {
 		BatchJoinTimeout: cfg.BatchJoinTimeout, SummaryChars: cfg.SummaryChars},
 		followup.Deps{Store: store, Wake: wake.New(rdb, w, store.Keys()), Feeds: streams, Tenants: agents, Engine: eng, Resumer: d.Resumer, Now: d.Now, Log: d.Logger})
 	_ = follow.Start(context.Background())
-	hub := newEventHub(streams, d.Logger, cfg.EventStreamsPerAgent, cfg.EventStreams)
+	hub := eventhub.New(streams, d.Logger, cfg.EventStreamsPerAgent, cfg.EventStreams)
 	_ = hub.Start(context.Background())
 	return &Manager{
 		cfg: cfg, writer: w, store: store, feeds: streams, tenants: agents, eng: eng, hub: hub, follow: follow,

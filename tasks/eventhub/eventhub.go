@@ -1,4 +1,9 @@
-package tasks
+// Package eventhub serves the agents' events to many readers with one
+// blocking read of their Redis streams per process, fanned out to every
+// subscriber (SSE clients, the console): a thousand open streams cost one
+// connection, not a thousand taken from the pool the API and the workers
+// share.
+package eventhub
 
 import (
 	"context"
@@ -12,11 +17,6 @@ import (
 	"github.com/bgjobs/bgjobs"
 	"github.com/bgjobs/bgjobs/tasks/internal/registry/feeds"
 )
-
-// The event hub: one blocking read of the agents' event streams per
-// process, fanned out to every subscriber (SSE clients, the console). A
-// thousand open streams cost one Redis connection, not a thousand taken
-// from the pool the API and the workers share.
 
 const (
 	// hubBlock bounds one blocking read, so an agent subscribed meanwhile
@@ -36,7 +36,7 @@ type Subscription struct {
 	C <-chan bgjobs.StreamEvent
 
 	c      chan bgjobs.StreamEvent
-	h      *eventHub
+	h      *Hub
 	owner  string
 	agents []string
 	last   map[string]string // per agent, the last id delivered
@@ -62,7 +62,8 @@ func (s *Subscription) Close() {
 	s.h.drop(s, nil)
 }
 
-type eventHub struct {
+// Hub is the process's one reader of event streams.
+type Hub struct {
 	feeds             *feeds.Store
 	log               *slog.Logger
 	perAgent, maximum int
@@ -81,22 +82,24 @@ type eventHub struct {
 	wg      sync.WaitGroup
 }
 
-func newEventHub(f *feeds.Store, log *slog.Logger, perAgent, maximum int) *eventHub {
-	return &eventHub{feeds: f, log: log, perAgent: perAgent, maximum: maximum,
+// New returns a hub reading f; each owner may hold perAgent subscriptions,
+// the process maximum in all.
+func New(f *feeds.Store, log *slog.Logger, perAgent, maximum int) *Hub {
+	return &Hub{feeds: f, log: log, perAgent: perAgent, maximum: maximum,
 		subs: map[string]map[*Subscription]bool{}, owners: map[string]int{}, cursor: map[string]string{}, rewound: map[string]uint64{},
 		wake: make(chan struct{}, 1)}
 }
 
 // Start runs the hub's reader until Stop. With no subscriber it waits
 // without touching Redis.
-func (h *eventHub) Start(ctx context.Context) error {
+func (h *Hub) Start(ctx context.Context) error {
 	ctx, h.stop = context.WithCancel(ctx)
 	h.wg.Go(func() { h.loop(ctx) })
 	return nil
 }
 
 // Stop ends the reader and every subscription.
-func (h *eventHub) Stop() {
+func (h *Hub) Stop() {
 	if h.stop != nil {
 		h.stop()
 	}
@@ -110,13 +113,11 @@ func (h *eventHub) Stop() {
 	}
 }
 
-// SubscribeEvents opens a subscription to the agents' events after the
-// given ids (one per agent; "0" from the start). owner is who holds it
-// (the caller's agent, "" for the admin): each owner may hold
-// Config.EventStreamsPerAgent at once, the process Config.EventStreams in
-// all; past either the answer is rate_limited.
-func (m *Manager) SubscribeEvents(owner string, after map[string]string) (*Subscription, error) {
-	h := m.hub
+// Subscribe opens a subscription to the agents' events after the given
+// ids (one per agent; "0" from the start). owner is who holds it (the
+// caller's agent, "" for the admin); past the owner's share or the
+// process's maximum the answer is rate_limited.
+func (h *Hub) Subscribe(owner string, after map[string]string) (*Subscription, error) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if h.owners[owner] >= h.perAgent {
@@ -150,7 +151,7 @@ func (m *Manager) SubscribeEvents(owner string, after map[string]string) (*Subsc
 }
 
 // drop ends s (the hub's lock held).
-func (h *eventHub) drop(s *Subscription, err error) {
+func (h *Hub) drop(s *Subscription, err error) {
 	if s.closed {
 		return
 	}
@@ -171,7 +172,7 @@ func (h *eventHub) drop(s *Subscription, err error) {
 	close(s.c)
 }
 
-func (h *eventHub) loop(ctx context.Context) {
+func (h *Hub) loop(ctx context.Context) {
 	for ctx.Err() == nil {
 		h.mu.Lock()
 		h.epoch++
