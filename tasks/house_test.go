@@ -223,3 +223,38 @@ func TestEventHubOrdersLateJoiners(t *testing.T) {
 	require.Empty(t, first.C)
 	require.Empty(t, late.C)
 }
+
+// A batch of incognito jobs wakes nobody, like each of them alone; one
+// open member among them is news, and the join resumes as usual.
+func TestIncognitoBatchWakesNobody(t *testing.T) {
+	t.Parallel()
+	b, rr := setupResuming(t)
+	b.startWorker(t)
+	ctx := context.Background()
+	specs := func(openAt int) []SpawnRequest {
+		var out []SpawnRequest
+		for i := range 3 {
+			s := echoSpawn("", fmt.Sprint(i), 0, false)
+			s.Incognito = i != openAt
+			out = append(out, s)
+		}
+		return out
+	}
+	hidden, err := b.m.SpawnBatch(ctx, "alpha", "chat-incognito", specs(-1))
+	require.NoError(t, err)
+	mixed, err := b.m.SpawnBatch(ctx, "alpha", "chat-mixed", specs(1))
+	require.NoError(t, err)
+	for _, id := range []string{hidden.BatchID, mixed.BatchID} {
+		testenv.Eventually(t, 20*time.Second, id+" to join", func() bool {
+			bt, err := b.m.GetBatch(ctx, "alpha", id)
+			require.NoError(t, err)
+			return bt.Joined
+		})
+	}
+	testenv.Eventually(t, 10*time.Second, "the mixed batch's resume", func() bool { return len(rr.all()) >= 1 })
+	time.Sleep(500 * time.Millisecond)
+	got := rr.all()
+	require.Len(t, got, 1, "the incognito batch sent nothing")
+	require.Equal(t, "resume-"+mixed.BatchID, got[0].MessageID)
+	require.Len(t, b.drain(t, "chat-incognito"), 3, "its results still drain")
+}
