@@ -47,6 +47,9 @@ func CheckSession(field, s string) error {
 	if ValidSession(s) {
 		return nil
 	}
+	if s == "" {
+		return FieldError(field, "is required: the session to report back to")
+	}
 	return FieldError(field, "session ids are 1–200 characters of [A-Za-z0-9._:@/-]")
 }
 

@@ -258,3 +258,40 @@ func TestIncognitoBatchWakesNobody(t *testing.T) {
 	require.Equal(t, "resume-"+mixed.BatchID, got[0].MessageID)
 	require.Len(t, b.drain(t, "chat-incognito"), 3, "its results still drain")
 }
+
+// Common mistakes get answers that say what to do.
+func TestSpawnAnswersCommonMistakes(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	require.NoError(t, b.m.PutAgent(ctx, &bgjobs.Agent{Name: "alpha", A2AURL: "http://127.0.0.1:1/a2a",
+		SubagentTypes: map[string]string{"researcher": "r", "coder": "c"}}))
+	turn := func(subagent, session, desc string) SpawnRequest {
+		return SpawnRequest{Agent: "alpha", OriginSession: session, SubagentType: subagent, Description: desc,
+			Prompt: "Find the fuel figures\nfor every ship in the fleet"}
+	}
+	for _, tc := range []struct {
+		desc      string
+		req       SpawnRequest
+		wantField string
+		wantMsg   string
+	}{
+		{desc: "omitted subagent_type", req: turn("", "s", "d"), wantField: "subagent_type", wantMsg: `is required: agent "alpha"'s roster is coder, researcher`},
+		{desc: "unknown subagent_type", req: turn("poet", "s", "d"), wantField: "subagent_type", wantMsg: `"poet" is not in agent "alpha"'s roster (coder, researcher)`},
+		{desc: "missing origin_session", req: turn("coder", "", "d"), wantField: "origin_session", wantMsg: "is required"},
+	} {
+		_, _, err := b.m.Spawn(ctx, tc.req)
+		var be *bgjobs.Error
+		require.ErrorAs(t, err, &be, tc.desc)
+		require.Equal(t, tc.wantField, be.Field, tc.desc)
+		require.Contains(t, be.Message, tc.wantMsg, tc.desc)
+	}
+	j, _, err := b.m.Spawn(ctx, turn("coder", "s", ""))
+	require.NoError(t, err)
+	require.Equal(t, "Find the fuel figures", j.Description, "a missing description comes from the prompt's first line")
+	w := echoSpawn("s", "x", 0, false)
+	w.Description = ""
+	j, _, err = b.m.Spawn(ctx, w)
+	require.NoError(t, err)
+	require.Equal(t, "echo job", j.Description)
+}

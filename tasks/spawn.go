@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
+	"slices"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -31,6 +33,9 @@ type SpawnRequest struct {
 	// Wait is how long SpawnAndWait waits for the job to end.
 	Wait time.Duration
 }
+
+// derivedDescriptionChars caps a description taken from the prompt.
+const derivedDescriptionChars = 80
 
 // spawnIdemTTL is how long an Idempotency-Key on spawn returns the first job.
 const spawnIdemTTL = 24 * time.Hour
@@ -123,11 +128,21 @@ func (m *Manager) checkSpawn(ctx context.Context, req SpawnRequest) (*bgjobs.Job
 		}
 		if len(agent.SubagentTypes) > 0 {
 			if _, ok := agent.SubagentTypes[req.SubagentType]; !ok {
-				return nil, bgjobs.FieldError("subagent_type", "not in agent %q's roster: %s", req.Agent, strings.Join(rosterNames(agent), ", "))
+				roster := strings.Join(rosterNames(agent), ", ")
+				if req.SubagentType == "" {
+					return nil, bgjobs.FieldError("subagent_type", "is required: agent %q's roster is %s", req.Agent, roster)
+				}
+				return nil, bgjobs.FieldError("subagent_type", "%q is not in agent %q's roster (%s)", req.SubagentType, req.Agent, roster)
 			}
 		}
 		j.SubagentType = req.SubagentType
 		j.Prompt = req.Prompt
+		if j.Description == "" {
+			// Every notification and list shows a title: one from the
+			// prompt's first line beats a blank.
+			first, _, _ := strings.Cut(strings.TrimSpace(req.Prompt), "\n")
+			j.Description = bgjobs.Excerpt(first, derivedDescriptionChars)
+		}
 	case bgjobs.KindWork:
 		if req.Work == nil || req.Work.Type == "" {
 			return nil, bgjobs.FieldError("work.type", "a work job needs work.type (one of: %s)", strings.Join(m.kinds.Names(), ", "))
@@ -154,6 +169,9 @@ func (m *Manager) checkSpawn(ctx context.Context, req SpawnRequest) (*bgjobs.Job
 			}
 		}
 		j.WorkType = req.Work.Type
+		if j.Description == "" {
+			j.Description = req.Work.Type + " job"
+		}
 		j.WorkArgs = req.Work.Args
 	default:
 		return nil, bgjobs.FieldError("kind", "want turn or work, got %q", req.Kind)
@@ -161,10 +179,4 @@ func (m *Manager) checkSpawn(ctx context.Context, req SpawnRequest) (*bgjobs.Job
 	return j, nil
 }
 
-func rosterNames(a *bgjobs.Agent) []string {
-	names := make([]string, 0, len(a.SubagentTypes))
-	for n := range a.SubagentTypes {
-		names = append(names, n)
-	}
-	return names
-}
+func rosterNames(a *bgjobs.Agent) []string { return slices.Sorted(maps.Keys(a.SubagentTypes)) }
