@@ -1,8 +1,13 @@
 package handlers
 
 import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/base64"
 	"net/http"
+	"net/http/httptest"
 	"net/url"
+	"regexp"
 	"strings"
 	"time"
 
@@ -33,6 +38,8 @@ type pageData struct {
 	Result   *search.RecallResult
 	Batch    *bgjobs.Batch
 	Error    string
+	// Next is where the sign-in form goes on to.
+	Next string
 }
 
 // securityHeaders sets the console's headers on every page and asset.
@@ -71,7 +78,7 @@ func (a *authenticator) pageAuth(next echo.HandlerFunc) echo.HandlerFunc {
 
 func handleLoginPage() echo.HandlerFunc {
 	return func(c echo.Context) error {
-		return renderPage(c, "login", pageData{Title: "Sign in"})
+		return renderPage(c, "login", pageData{Title: "Sign in", Next: c.QueryParam("next")})
 	}
 }
 
@@ -84,7 +91,7 @@ func handleLogin(a *authenticator) echo.HandlerFunc {
 		}
 		if !ok {
 			c.Response().WriteHeader(http.StatusUnauthorized)
-			return web.Render(c.Response(), "login", pageData{Title: "Sign in", Error: "Unknown key."})
+			return web.Render(c.Response(), "login", pageData{Title: "Sign in", Error: "Unknown key.", Next: c.QueryParam("next")})
 		}
 		c.SetCookie(&http.Cookie{Name: keyCookie, Value: key, Path: "/", HttpOnly: true, SameSite: http.SameSiteStrictMode,
 			Secure: c.Scheme() == "https", MaxAge: int((7 * 24 * time.Hour).Seconds())})
@@ -204,8 +211,53 @@ func handleMemoryPage(m *tasks.Manager, mem Memory) echo.HandlerFunc {
 func adminOnly(next echo.HandlerFunc) echo.HandlerFunc {
 	return func(c echo.Context) error {
 		if who, _ := c.Get(callerKey).(caller); !who.admin {
+			if strings.Contains(c.Request().Header.Get("Accept"), "text/html") {
+				// A person: a page that says why, with the way in.
+				c.Response().WriteHeader(http.StatusUnauthorized)
+				return renderPage(c, "refused", pageData{Title: "Admin only", Error: "The queue dashboard needs the admin key."})
+			}
 			return bgjobs.Errorf(bgjobs.EUnauthenticated, "the dashboard needs the admin key")
 		}
 		return next(c)
 	}
 }
+
+// monitoringHeaders gives asynqmon a policy of its own: its page bootstraps
+// with two inline scripts, allowed by their hashes (nothing else inline
+// runs), and its UI library injects styles.
+func monitoringHeaders(asynqmon http.Handler) echo.MiddlewareFunc {
+	csp := "default-src 'self'; script-src 'self'" + inlineScriptHashes(asynqmon, "/monitoring/") +
+		"; style-src 'self' 'unsafe-inline'; img-src 'self' data:; font-src 'self' data:; connect-src 'self'; " +
+		"object-src 'none'; base-uri 'none'; form-action 'self'; frame-ancestors 'none'"
+	return func(next echo.HandlerFunc) echo.HandlerFunc {
+		return func(c echo.Context) error {
+			c.Response().Header().Set("Content-Security-Policy", csp)
+			return next(c)
+		}
+	}
+}
+
+var inlineScript = regexp.MustCompile(`(?s)<script>(.*?)</script>`)
+
+// inlineScriptHashes renders page once and returns a CSP source
+// (" 'sha256-…'") for each of its inline scripts.
+func inlineScriptHashes(h http.Handler, page string) string {
+	rec := &pageRecorder{header: http.Header{}}
+	h.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, page, nil))
+	var out strings.Builder
+	for _, m := range inlineScript.FindAllSubmatch(rec.body.Bytes(), -1) {
+		sum := sha256.Sum256(m[1])
+		out.WriteString(" 'sha256-" + base64.StdEncoding.EncodeToString(sum[:]) + "'")
+	}
+	return out.String()
+}
+
+// pageRecorder keeps what a handler writes.
+type pageRecorder struct {
+	header http.Header
+	body   bytes.Buffer
+}
+
+func (r *pageRecorder) Header() http.Header         { return r.header }
+func (r *pageRecorder) Write(b []byte) (int, error) { return r.body.Write(b) }
+func (r *pageRecorder) WriteHeader(int)             {}

@@ -91,7 +91,7 @@ func addRoutes(e *echo.Echo, d Deps, auth *authenticator) {
 	pages.GET("/batches/:id", handleBatchPage(m))
 	if d.Monitoring != nil {
 		pages.Match([]string{http.MethodGet, http.MethodPost, http.MethodPut, http.MethodDelete, http.MethodPatch, http.MethodHead, http.MethodOptions},
-			"/monitoring/*", echo.WrapHandler(d.Monitoring), adminOnly)
+			"/monitoring/*", echo.WrapHandler(d.Monitoring), adminOnly, monitoringHeaders(d.Monitoring))
 	}
 
 	// Session ids may contain "/", so the action is the last path segment.
