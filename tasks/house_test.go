@@ -295,3 +295,28 @@ func TestSpawnAnswersCommonMistakes(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, "echo job", j.Description)
 }
+
+// Cancelling from asynq's own tools (asynq task cancel, asynqmon) means
+// cancel: the job ends cancelled, is not run again, and drains once.
+func TestAsynqCancelEndsTheJobCancelled(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.startWorker(t)
+	ctx := context.Background()
+	j := b.spawn(t, echoSpawn("chat-asynq-cancel", "slow", 60000, false))
+	b.waitStatus(t, j.ID, bgjobs.StatusRunning, 20*time.Second)
+	require.NoError(t, b.m.Inspector().CancelProcessing(j.ID))
+	got := b.waitStatus(t, j.ID, bgjobs.StatusCancelled, 30*time.Second)
+	require.Contains(t, *got.Error, "cancelled")
+
+	// asynq retries a cancelled task; the retry finds the job ended.
+	time.Sleep(3 * time.Second)
+	got, err := b.m.Get(ctx, "alpha", j.ID)
+	require.NoError(t, err)
+	require.Equal(t, bgjobs.StatusCancelled, got.Status)
+	require.Equal(t, 1, got.Attempts, "not run again")
+	ns := b.drain(t, "chat-asynq-cancel")
+	require.Len(t, ns, 1)
+	require.Contains(t, ns[0].Text, "<status>cancelled</status>")
+	require.Empty(t, b.drain(t, "chat-asynq-cancel"))
+}

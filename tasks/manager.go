@@ -14,6 +14,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"log/slog"
+	"sync/atomic"
 	"time"
 
 	"github.com/hibiken/asynq"
@@ -59,7 +60,10 @@ type Manager struct {
 	follow  *followup.Followups
 	maint   *maintenance.Maintainer
 	hub     *eventhub.Hub
-	kinds   *Kinds
+	// stopping is set while the workers shut down: a task whose context
+	// ends then goes back to its queue rather than ending cancelled.
+	stopping atomic.Bool
+	kinds    *Kinds
 	// agentAllow is where agents may live in internal space.
 	agentAllow netguard.Allow
 	turns      bgjobs.TurnRunner

@@ -25,10 +25,6 @@ const turnLease = 30 * time.Second
 // than this whose row is missing belongs to a deleted job.
 const rowWait = time.Minute
 
-// errNoRowYet sends a task whose row is not there yet back to asynq, to be
-// tried again shortly.
-var errNoRowYet = errors.New("job row not written yet")
-
 // ProcessTask is the asynq handler of turn and work tasks. The registry row
 // is the truth: a task whose row has ended does nothing, so a re-run, a late
 // delivery or a cancelled job can never run twice or change an outcome.
@@ -54,7 +50,7 @@ func (m *Manager) ProcessTask(ctx context.Context, t *asynq.Task) error {
 		return nil // ended already (cancelled, settled by a twin)
 	case errors.Is(err, registry.ErrNoJob):
 		if p.Created > 0 && m.now().Sub(time.UnixMilli(p.Created)) < rowWait {
-			return errNoRowYet
+			return engine.ErrRowBehind
 		}
 		return nil // deleted
 	case err != nil:
@@ -74,8 +70,17 @@ func (m *Manager) ProcessTask(ctx context.Context, t *asynq.Task) error {
 		return err
 	}
 	if ctx.Err() != nil {
-		// Cancelled through the API (the row is already terminal), or the
-		// server is shutting down: hand the job back and let asynq requeue it.
+		if errors.Is(ctx.Err(), context.Canceled) && !m.stopping.Load() {
+			// Cancelled through bgjobs (the row is terminal already: a
+			// no-op) or from asynq's own tools (asynq task cancel,
+			// asynqmon): either way the job ends cancelled, and the retry
+			// asynq schedules for a cancelled task finds it ended.
+			reason := "cancelled from the queue's tools"
+			_, err := m.follow.Settle(ctx, j, bgjobs.Outcome{Status: bgjobs.StatusCancelled, Error: &reason})
+			return err
+		}
+		// The server is shutting down (or the task ran out of time): hand
+		// the job back and let asynq requeue it.
 		_ = m.store.Requeue(context.WithoutCancel(ctx), tag, id)
 		return ctx.Err()
 	}

@@ -51,6 +51,8 @@ func (w *Worker) Start(ctx context.Context) error {
 // shutdown timeout (the rest go back to their queue), and stops the
 // maintenance loop.
 func (w *Worker) Shutdown() {
+	w.m.stopping.Store(true)
+	defer w.m.stopping.Store(false)
 	var wg sync.WaitGroup
 	for _, s := range w.servers {
 		wg.Go(s.Shutdown)

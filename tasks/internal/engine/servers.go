@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -63,10 +64,15 @@ func (e *Engine) ServerConfigs(cfg bgjobs.Config, log *slog.Logger, notFailure e
 		c.Concurrency, c.TaskCheckInterval = concurrency, poll
 		return c
 	}
+	// A cancelled task (bgjobs' cancel, or asynq's own tools) and one whose
+	// row is a moment behind are retried by asynq, but they are not failures.
+	notJobFailure := func(err error) bool {
+		return !errors.Is(err, context.Canceled) && !errors.Is(err, ErrRowBehind)
+	}
 	follow := server(QueueResume, followConcurrency, cfg.ResumePollInterval)
 	follow.IsFailure = func(err error) bool { return !errors.Is(err, notFailure) }
 	configs := []asynq.Config{
-		server(QueueTurns, cfg.TurnConcurrency, cfg.TurnPollInterval),
+		withFailure(server(QueueTurns, cfg.TurnConcurrency, cfg.TurnPollInterval), notJobFailure),
 		follow,
 		server(QueueControl, controlConcurrency, cfg.ControlPollInterval),
 	}
@@ -75,7 +81,7 @@ func (e *Engine) ServerConfigs(cfg bgjobs.Config, log *slog.Logger, notFailure e
 	// a burst wakes the spares within SparePollInterval.
 	fast := min(cfg.MaxFastFetchLoops, max(1, cfg.WorkConcurrency/slotsPerFastFetcher))
 	for i, n := range FetchSplit(cfg.WorkConcurrency, cfg.MaxFetchLoops) {
-		work := server(QueueWork, n, cfg.PollInterval)
+		work := withFailure(server(QueueWork, n, cfg.PollInterval), notJobFailure)
 		if i >= fast {
 			work.TaskCheckInterval = cfg.SparePollInterval
 			work.DelayedTaskCheckInterval = spareForwardInterval
@@ -83,6 +89,15 @@ func (e *Engine) ServerConfigs(cfg bgjobs.Config, log *slog.Logger, notFailure e
 		configs = append(configs, work)
 	}
 	return configs
+}
+
+// ErrRowBehind sends a task whose row is not there yet back to asynq, to
+// be tried again shortly (its row travelled in a separate round trip).
+var ErrRowBehind = errors.New("job row not written yet")
+
+func withFailure(c asynq.Config, isFailure func(error) bool) asynq.Config {
+	c.IsFailure = isFailure
+	return c
 }
 
 // asynqLogger sends asynq's logs to slog.
