@@ -30,6 +30,10 @@ const (
 	ControlPollIntervalDefault = 100 * time.Millisecond
 	SparePollIntervalDefault   = 100 * time.Millisecond
 	MaxFetchLoopsDefault       = 12
+	// Resume delivery: asynq's retries, then slow re-sends.
+	ResumeRetriesDefault       = 10
+	ResumeAgainIntervalDefault = 30 * time.Minute
+	ResumeAgainMaxDefault      = 48
 	// Event streams (SSE) a process serves.
 	EventStreamsPerAgentDefault = 16
 	EventStreamsDefault         = 1024
@@ -126,6 +130,19 @@ type Config struct {
 	// SparePollInterval (BGJOBS_MAX_FAST_FETCH_LOOPS). Defaults to
 	// MaxFastFetchLoopsDefault.
 	MaxFastFetchLoops int
+	// ResumeRetries is how many times a failed resume delivery is retried
+	// with backoff (1 s, 2 s, 4 s … up to 5 min; the default spans about
+	// 14 minutes) (BGJOBS_RESUME_RETRIES). Defaults to ResumeRetriesDefault.
+	ResumeRetries int
+	// ResumeAgainInterval: once those retries are spent and a job it
+	// announces is still undrained, the resume is sent again this often
+	// (BGJOBS_RESUME_AGAIN_INTERVAL), at most ResumeAgainMax times
+	// (BGJOBS_RESUME_AGAIN_MAX; the defaults keep trying for a day). Each
+	// failure is logged, evented (background.resume_failed) and shown on
+	// the job's row. Defaults to ResumeAgainIntervalDefault and
+	// ResumeAgainMaxDefault.
+	ResumeAgainInterval time.Duration
+	ResumeAgainMax      int
 	// EventStreamsPerAgent caps the event streams (GET /v1/events) one
 	// agent (or the admin) holds open on a process at once
 	// (BGJOBS_EVENT_STREAMS_PER_AGENT); past it the answer is 429.
@@ -161,6 +178,9 @@ func (c Config) WithDefaults() Config {
 	c.ControlPollInterval = max(c.PollInterval, cmp.Or(c.ControlPollInterval, ControlPollIntervalDefault))
 	c.MaxFetchLoops = cmp.Or(c.MaxFetchLoops, MaxFetchLoopsDefault)
 	c.EventStreamsPerAgent = cmp.Or(c.EventStreamsPerAgent, EventStreamsPerAgentDefault)
+	c.ResumeRetries = cmp.Or(c.ResumeRetries, ResumeRetriesDefault)
+	c.ResumeAgainInterval = cmp.Or(c.ResumeAgainInterval, ResumeAgainIntervalDefault)
+	c.ResumeAgainMax = cmp.Or(c.ResumeAgainMax, ResumeAgainMaxDefault)
 	c.EventStreams = cmp.Or(c.EventStreams, EventStreamsDefault)
 	c.MaxFastFetchLoops = cmp.Or(c.MaxFastFetchLoops, MaxFastFetchLoopsDefault)
 	c.SparePollInterval = max(c.PollInterval, cmp.Or(c.SparePollInterval, SparePollIntervalDefault))
@@ -246,6 +266,8 @@ func Load(getenv func(string) string) (Config, error) {
 		{"BGJOBS_MAX_FAST_FETCH_LOOPS", &c.MaxFastFetchLoops},
 		{"BGJOBS_EVENT_STREAMS_PER_AGENT", &c.EventStreamsPerAgent},
 		{"BGJOBS_EVENT_STREAMS", &c.EventStreams},
+		{"BGJOBS_RESUME_RETRIES", &c.ResumeRetries},
+		{"BGJOBS_RESUME_AGAIN_MAX", &c.ResumeAgainMax},
 	}
 	for _, v := range ints {
 		if s := getenv(v.name); s != "" {
@@ -271,6 +293,7 @@ func Load(getenv func(string) string) (Config, error) {
 		{"BGJOBS_RESUME_POLL_INTERVAL", &c.ResumePollInterval},
 		{"BGJOBS_CONTROL_POLL_INTERVAL", &c.ControlPollInterval},
 		{"BGJOBS_SPARE_POLL_INTERVAL", &c.SparePollInterval},
+		{"BGJOBS_RESUME_AGAIN_INTERVAL", &c.ResumeAgainInterval},
 	}
 	for _, v := range durations {
 		if s := getenv(v.name); s != "" {

@@ -25,6 +25,8 @@ func TestWithDefaultsAppliesEveryDefault(t *testing.T) {
 		MaxFetchLoops: bgjobs.MaxFetchLoopsDefault, MaxFastFetchLoops: bgjobs.MaxFastFetchLoopsDefault,
 		SparePollInterval:    bgjobs.SparePollIntervalDefault,
 		EventStreamsPerAgent: bgjobs.EventStreamsPerAgentDefault, EventStreams: bgjobs.EventStreamsDefault,
+		ResumeRetries: bgjobs.ResumeRetriesDefault, ResumeAgainInterval: bgjobs.ResumeAgainIntervalDefault,
+		ResumeAgainMax: bgjobs.ResumeAgainMaxDefault,
 	}
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("WithDefaults (-want +got):\n%s", diff)

@@ -78,6 +78,13 @@ type Job struct {
 	// Progress is the latest update a streaming agent sent, cut to 500
 	// characters.
 	Progress string `json:"progress,omitempty"`
+	// ResumeState is how the resume that announces this job fares:
+	// "held" (the session is busy), "failed" (being retried), "delivered",
+	// or "gave_up" (the retries ran out while the job stayed undrained).
+	// Empty when no resume was due.
+	ResumeState string `json:"resume_state,omitempty"`
+	// ResumeError is the resume's last delivery error, if it failed.
+	ResumeError *string `json:"resume_error,omitempty"`
 	// HoldForIndex is set at settle when the drain cuts this report and
 	// points at memory_recall: the notification then waits until the
 	// report is searchable.
@@ -225,9 +232,11 @@ const (
 	EventRunning   = "background.running"
 	EventCompleted = "background.completed"
 	// EventProgress is one update a streaming agent sent during a turn.
-	EventProgress    = "background.progress"
-	EventResumed     = "background.resumed"
-	EventBatchJoined = "batch.joined"
+	EventProgress = "background.progress"
+	EventResumed  = "background.resumed"
+	// EventResumeFailed is one failed delivery of a resume (it is retried).
+	EventResumeFailed = "background.resume_failed"
+	EventBatchJoined  = "batch.joined"
 )
 
 // EventTextChars is how much of a result, error or progress line an event

@@ -76,7 +76,7 @@ func TestTaskBeforeItsRowIsRetried(t *testing.T) {
 	b.startWorker(t)
 	testenv.Eventually(t, 20*time.Second, "a first attempt that found no row", func() bool {
 		info, err := b.m.Inspector().GetTaskInfo(b.m.Queue(QueueWork), j.ID)
-		return err == nil && info.Retried >= 1
+		return err == nil && strings.Contains(info.LastErr, "not written yet")
 	})
 	bid := "bt-000000000001"
 	j.BatchID = &bid

@@ -90,9 +90,10 @@ func NewManager(rdb redis.UniversalClient, cfg bgjobs.Config, d Deps) *Manager {
 	store := registry.New(rdb, w, cfg.Namespace, cfg.Retention)
 	streams := feeds.New(rdb, w, store.Keys())
 	agents := tenants.New(rdb, store.Keys())
-	eng := engine.New(asynq.NewClientFromRedisClient(w.AsynqClient()), asynq.NewInspectorFromRedisClient(rdb), cfg.Namespace, cfg.RunTimeout)
+	eng := engine.New(asynq.NewClientFromRedisClient(w.AsynqClient()), asynq.NewInspectorFromRedisClient(rdb), cfg.Namespace, cfg.RunTimeout, cfg.ResumeRetries)
 	follow := followup.New(followup.Config{NoAutoResume: cfg.NoAutoResume, ResumeCoalesce: cfg.ResumeCoalesce,
-		BatchJoinTimeout: cfg.BatchJoinTimeout, SummaryChars: cfg.SummaryChars},
+		BatchJoinTimeout: cfg.BatchJoinTimeout, SummaryChars: cfg.SummaryChars,
+		ResumeAgainInterval: cfg.ResumeAgainInterval, ResumeAgainMax: cfg.ResumeAgainMax},
 		followup.Deps{Store: store, Wake: wake.New(rdb, w, store.Keys()), Feeds: streams, Tenants: agents, Engine: eng, Resumer: d.Resumer, Now: d.Now, Log: d.Logger})
 	_ = follow.Start(context.Background())
 	hub := eventhub.New(streams, d.Logger, cfg.EventStreamsPerAgent, cfg.EventStreams)

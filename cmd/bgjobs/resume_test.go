@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"crypto/hmac"
 	"crypto/sha256"
 	"encoding/hex"
@@ -33,6 +34,7 @@ type webhookRecorder struct {
 	check   func(body map[string]any)
 	seen    map[string]bool // message ids taken, as a receiver keeps them
 	repeats int
+	refused int // requests answered with status
 }
 
 func (w *webhookRecorder) ServeHTTP(rw http.ResponseWriter, r *http.Request) {
@@ -40,6 +42,7 @@ func (w *webhookRecorder) ServeHTTP(rw http.ResponseWriter, r *http.Request) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if w.status != 0 {
+		w.refused++
 		rw.WriteHeader(w.status)
 		return
 	}
@@ -244,4 +247,52 @@ func TestBusyAndIdleOverHTTP(t *testing.T) {
 	code, e := c.do("POST", "/v1/sessions/chat-9/busy", map[string]any{"ttl_s": -3})
 	require.Equal(t, http.StatusBadRequest, code)
 	require.Equal(t, "ttl_s", e["error"].(map[string]any)["field"])
+}
+
+// A resume never gives up silently: a webhook answering 500 past the retry
+// budget leaves the failure on the job's row and in the events, the resume
+// is sent again at the slow cadence, and once the receiver answers it is
+// delivered, once.
+func TestFailingWebhookIsRetriedVisiblyUntilDelivered(t *testing.T) {
+	t.Parallel()
+	hook, url := startWebhook(t, "s3cret")
+	hook.setStatus(http.StatusInternalServerError)
+	c := client{t: t, base: startServe(t, map[string]string{"BGJOBS_RESUME_RETRIES": "1", "BGJOBS_RESUME_AGAIN_INTERVAL": "1s"})}
+	code, _ := c.do("PUT", "/v1/agents/default", map[string]any{"resume": "webhook", "webhook_url": url, "webhook_secret": "s3cret"})
+	require.Equal(t, http.StatusOK, code)
+	_, j := c.do("POST", "/v1/jobs", echoJob("chat-500", "hi", false))
+	id := j["id"].(string)
+
+	var row map[string]any
+	testenv.Eventually(t, 30*time.Second, "the failure on the row, past the retry budget", func() bool {
+		_, row = c.do("GET", "/v1/jobs/"+id, nil)
+		return row["resume_state"] == "failed" && row["resume_error"] != nil
+	})
+	require.Equal(t, "webhook answered 500 Internal Server Error", row["resume_error"])
+	testenv.Eventually(t, 30*time.Second, "a slow re-send after the retry budget (1 try + 1 retry)", func() bool {
+		hook.mu.Lock()
+		defer hook.mu.Unlock()
+		return hook.refused >= 3
+	})
+	require.Empty(t, hook.all(), "nothing delivered while the receiver fails")
+
+	hook.setStatus(0)
+	testenv.Eventually(t, 30*time.Second, "delivery once the receiver answers", func() bool { return len(hook.all()) == 1 })
+	testenv.Eventually(t, 10*time.Second, "the row saying so", func() bool {
+		_, row = c.do("GET", "/v1/jobs/"+id, nil)
+		return row["resume_state"] == "delivered"
+	})
+	require.Nil(t, row["resume_error"])
+	time.Sleep(2500 * time.Millisecond)
+	require.Len(t, hook.all(), 1, "delivered once")
+
+	// The failures were events for people watching.
+	req, _ := http.NewRequest("GET", c.base+"/v1/events?last_event_id=0", nil)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+	defer cancel()
+	resp, err := http.DefaultClient.Do(req.WithContext(ctx))
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body) // until the deadline
+	require.Contains(t, string(body), "event: background.resume_failed")
 }

@@ -35,9 +35,10 @@ const (
 // Retry budgets. A turn is not blindly retried: only a transport failure
 // tries again, with the same A2A message id so the agent can de-duplicate.
 const (
-	TurnMaxRetry   = 3
-	WorkMaxRetry   = 3
-	ResumeMaxRetry = 10
+	TurnMaxRetry = 3
+	WorkMaxRetry = 3
+	// TimerMaxRetry is a control task's retry budget.
+	TimerMaxRetry = 10
 	// ResumeRetention keeps a delivered resume's task id taken, so a pump
 	// that repeats within a day enqueues nothing.
 	ResumeRetention = 24 * time.Hour
@@ -61,6 +62,8 @@ type ResumePayload struct {
 	Meta      bgjobs.ResumeMeta `json:"meta"`
 	// Since is when its cause happened (ms), for the latency metric.
 	Since int64 `json:"t,omitempty"`
+	// Again counts slow re-sends after the retries ran out (0: the first).
+	Again int `json:"again,omitempty"`
 }
 
 // ControlPayload is what a timer task carries.
@@ -78,11 +81,13 @@ type Engine struct {
 	// RunTimeout bounds a job's run; turn tasks allow an hour more for the
 	// wait under the global cap.
 	RunTimeout time.Duration
+	// ResumeRetries is a resume task's retry budget.
+	ResumeRetries int
 }
 
 // New returns an engine on an asynq client and inspector, in namespace ns.
-func New(aq *asynq.Client, insp *asynq.Inspector, ns string, runTimeout time.Duration) *Engine {
-	return &Engine{aq: aq, insp: insp, ns: ns, RunTimeout: runTimeout}
+func New(aq *asynq.Client, insp *asynq.Inspector, ns string, runTimeout time.Duration, resumeRetries int) *Engine {
+	return &Engine{aq: aq, insp: insp, ns: ns, RunTimeout: runTimeout, ResumeRetries: resumeRetries}
 }
 
 // Inspector is asynq's inspector on the same Redis, for dashboards.
@@ -126,8 +131,8 @@ func (e *Engine) EnqueueJob(ctx context.Context, j *bgjobs.Job) error {
 }
 
 // EnqueueResume queues a resume under a deterministic task id, so a repeat
-// is a no-op.
-func (e *Engine) EnqueueResume(ctx context.Context, taskID string, p ResumePayload) error {
+// is a no-op, to go out after a delay (0: now).
+func (e *Engine) EnqueueResume(ctx context.Context, taskID string, p ResumePayload, after time.Duration) error {
 	p.Meta.Origin, p.Meta.Kind = "background", "background.resume"
 	if p.Meta.Jobs == nil {
 		p.Meta.Jobs = []string{}
@@ -137,7 +142,7 @@ func (e *Engine) EnqueueResume(ctx context.Context, taskID string, p ResumePaylo
 		return err
 	}
 	return once(e.aq.EnqueueContext(ctx, asynq.NewTask(TypeResume, payload, asynq.TaskID(taskID),
-		asynq.Queue(e.Queue(QueueResume)), asynq.MaxRetry(ResumeMaxRetry), asynq.Retention(ResumeRetention))))
+		asynq.Queue(e.Queue(QueueResume)), asynq.MaxRetry(e.ResumeRetries), asynq.Retention(ResumeRetention), asynq.ProcessIn(after))))
 }
 
 // ArmTimer queues a control task (straggler, lapse) to run after a delay,
@@ -145,7 +150,7 @@ func (e *Engine) EnqueueResume(ctx context.Context, taskID string, p ResumePaylo
 func (e *Engine) ArmTimer(ctx context.Context, typ, taskID string, p ControlPayload, after time.Duration) error {
 	payload, _ := json.Marshal(p)
 	return once(e.aq.EnqueueContext(ctx, asynq.NewTask(typ, payload, asynq.TaskID(taskID),
-		asynq.Queue(e.Queue(QueueControl)), asynq.ProcessIn(after), asynq.MaxRetry(ResumeMaxRetry))))
+		asynq.Queue(e.Queue(QueueControl)), asynq.ProcessIn(after), asynq.MaxRetry(TimerMaxRetry))))
 }
 
 // once treats a task id that is already taken as done: the task was

@@ -29,6 +29,11 @@ type Config struct {
 	BatchJoinTimeout time.Duration
 	// SummaryChars is where the drain cuts a turn report.
 	SummaryChars int
+	// ResumeAgainInterval and ResumeAgainMax: how often, and how many
+	// times, a resume whose retries ran out is sent again while what it
+	// announces stays undrained.
+	ResumeAgainInterval time.Duration
+	ResumeAgainMax      int
 }
 
 // Deps are what follow-ups run with.

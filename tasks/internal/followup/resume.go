@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/hibiken/asynq"
@@ -26,7 +28,7 @@ const inflightTTL = 30 * time.Second
 func (f *Followups) enqueueResume(ctx context.Context, tag, taskID, messageID string, meta bgjobs.ResumeMeta) error {
 	agent, session := bgjobs.SplitTag(tag)
 	return f.eng.EnqueueResume(ctx, taskID, engine.ResumePayload{Agent: agent, Session: session,
-		MessageID: messageID, Meta: meta, Since: f.now().UnixMilli()})
+		MessageID: messageID, Meta: meta, Since: f.now().UnixMilli()}, 0)
 }
 
 // ProcessResume is the asynq handler of resume tasks: hold it if the
@@ -46,11 +48,18 @@ func (f *Followups) ProcessResume(ctx context.Context, t *asynq.Task) error {
 		return nil
 	}
 	tag := bgjobs.Tag(p.Agent, p.Session)
+	if p.Again > 0 {
+		// A slow re-send goes only while something it announces is undrained.
+		if undrained, err := f.anyUndrained(ctx, p.Meta.Jobs); err != nil || !undrained {
+			return err
+		}
+	}
 	held, err := f.wake.HoldIfBusy(ctx, tag, p.Meta.Trigger, f.now())
 	if err != nil {
 		return err
 	}
 	if held {
+		f.store.SetResumeState(tag, p.Meta.Jobs, "held", "")
 		metrics.Resumes.WithLabelValues("held").Inc()
 		f.log.Info("resume held: session busy", slog.String("session", p.Session), slog.String("trigger", p.Meta.Trigger))
 		return nil
@@ -72,9 +81,10 @@ func (f *Followups) ProcessResume(ctx context.Context, t *asynq.Task) error {
 		return err
 	}
 	if err := f.resumer.SendResume(ctx, a, p.Session, p.MessageID, p.Meta); err != nil {
-		metrics.Resumes.WithLabelValues("failed").Inc()
+		f.deliveryFailed(ctx, tag, p, err)
 		return err
 	}
+	f.store.SetResumeState(tag, p.Meta.Jobs, "delivered", "")
 	if err := f.wake.MarkDelivered(context.WithoutCancel(ctx), tag, p.MessageID, engine.ResumeRetention); err != nil {
 		f.log.Warn("resume delivered but not marked", slog.String("message_id", p.MessageID), slog.Any("err", err))
 	}
@@ -95,4 +105,50 @@ func soleJob(ids []string) string {
 		return ids[0]
 	}
 	return ""
+}
+
+// deliveryFailed makes a failed delivery seen — a warning in the log, the
+// state and error on each job's row, a background.resume_failed event, the
+// metric — and, once asynq's retries are spent, arms a slow re-send while
+// the jobs stay undrained, up to Config.ResumeAgainMax times.
+func (f *Followups) deliveryFailed(ctx context.Context, tag string, p engine.ResumePayload, err error) {
+	retried, _ := asynq.GetRetryCount(ctx)
+	maxRetry, _ := asynq.GetMaxRetry(ctx)
+	msg := err.Error()
+	metrics.Resumes.WithLabelValues("failed").Inc()
+	f.log.Warn("resume delivery failed", slog.String("session", p.Session), slog.String("message_id", p.MessageID),
+		slog.Int("attempt", retried+1), slog.Int("again", p.Again), slog.String("err", msg))
+	e := bgjobs.Event{Type: bgjobs.EventResumeFailed, JobID: soleJob(p.Meta.Jobs), Agent: p.Agent, OriginSession: p.Session,
+		Status: bgjobs.StatusCompleted, Trigger: p.Meta.Trigger, Error: msg, Attempt: int64(retried + 1), At: f.now().UTC()}
+	f.feeds.Publish(e)
+	state := "failed"
+	if retried >= maxRetry {
+		if p.Again < f.cfg.ResumeAgainMax {
+			taskID, _ := asynq.GetTaskID(ctx)
+			taskID, _, _ = strings.Cut(taskID, ":again")
+			p.Again++
+			ctx := context.WithoutCancel(ctx)
+			if err := f.eng.EnqueueResume(ctx, taskID+":again"+strconv.Itoa(p.Again), p, f.cfg.ResumeAgainInterval); err != nil {
+				f.log.Error("resume re-send not armed; the job still drains", slog.String("message_id", p.MessageID), slog.Any("err", err))
+			}
+		} else {
+			state = "gave_up"
+			f.log.Error("resume given up; the job still drains", slog.String("session", p.Session), slog.String("message_id", p.MessageID))
+		}
+	}
+	f.store.SetResumeState(tag, p.Meta.Jobs, state, msg)
+}
+
+// anyUndrained reports whether any of the jobs is still to be handed over.
+func (f *Followups) anyUndrained(ctx context.Context, ids []string) (bool, error) {
+	jobs, err := f.store.LookupMany(ctx, ids)
+	if err != nil {
+		return false, err
+	}
+	for _, j := range jobs {
+		if j != nil && !j.Notified {
+			return true, nil
+		}
+	}
+	return false, nil
 }

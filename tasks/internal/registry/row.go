@@ -20,6 +20,7 @@ const (
 	fReportIndexed, fHasResult, fHasErr = "report_indexed", "has_result", "has_error"
 	fGeneration, fWaitUntil, fProgress  = "generation", "wait_until", "progress"
 	fHoldIndex, fReplayUntil            = "hold_index", "replay_until"
+	fResumeState, fResumeError          = "resume_state", "resume_error"
 )
 
 // rowFields is a new job's hash.
@@ -57,6 +58,7 @@ func jobFromHash(h map[string]string) *bgjobs.Job {
 		ReportIndexed: h[fReportIndexed] == "1",
 		HoldForIndex:  h[fHoldIndex] == "1",
 		Progress:      h[fProgress],
+		ResumeState:   h[fResumeState],
 	}
 	if a := h[fWorkArgs]; a != "" {
 		j.WorkArgs = json.RawMessage(a)
@@ -68,6 +70,9 @@ func jobFromHash(h map[string]string) *bgjobs.Job {
 	if h[fHasErr] == "1" {
 		e := h[fError]
 		j.Error = &e
+	}
+	if e := h[fResumeError]; e != "" {
+		j.ResumeError = &e
 	}
 	if b := h[fBatch]; b != "" {
 		j.BatchID = &b

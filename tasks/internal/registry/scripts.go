@@ -346,18 +346,17 @@ end
 return 0
 `)
 
-// hsetIfExistsCmd sets one field of a row only while the row exists: a
-// late follow-up (an index mark, a progress line) must never bring a
-// deleted or expired row back as a fragment.
+// hsetIfExistsCmd sets fields of a row only while the row exists: a late
+// follow-up (an index mark, a progress line, a resume's delivery state)
+// must never bring a deleted or expired row back as a fragment.
 //
 // KEYS[1] -> job hash
-// ARGV[1] -> field
-// ARGV[2] -> value
+// ARGV[1], ARGV[2], … -> field, value, field, value …
 //
 // Returns 1 if set, 0 if there is no such row.
 var hsetIfExistsCmd = redis.NewScript(`
 if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
-redis.call('HSET', KEYS[1], ARGV[1], ARGV[2])
+redis.call('HSET', KEYS[1], unpack(ARGV))
 return 1
 `)
 

@@ -342,6 +342,17 @@ func (s *Store) SetProgress(tag, id, line string) {
 	})
 }
 
+// SetResumeState records on each job's row how the resume that announces
+// it fares (queued, held, failed, delivered) and the last delivery error
+// ("" clears it), as a follow-up write.
+func (s *Store) SetResumeState(tag string, ids []string, state, lastErr string) {
+	s.later(func(ctx context.Context, p redis.Pipeliner) {
+		for _, id := range ids {
+			hsetIfExistsCmd.Eval(ctx, p, []string{s.k.Job(tag, id)}, fResumeState, state, fResumeError, lastErr)
+		}
+	})
+}
+
 // MarkIndexed records that the reports of these jobs are searchable and
 // returns the tags of their sessions.
 func (s *Store) MarkIndexed(ctx context.Context, jobs []JobRef) (map[string]bool, error) {
