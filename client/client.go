@@ -56,13 +56,17 @@ type Work struct {
 
 // SpawnRequest asks for one job.
 type SpawnRequest struct {
-	OriginSession string `json:"origin_session"`
+	// OriginSession is required for Spawn; Batch sets it for every job.
+	OriginSession string `json:"origin_session,omitempty"`
 	Kind          string `json:"kind,omitempty"`
 	SubagentType  string `json:"subagent_type,omitempty"`
 	Description   string `json:"description,omitempty"`
 	Prompt        string `json:"prompt,omitempty"`
 	Work          *Work  `json:"work,omitempty"`
 	Incognito     bool   `json:"incognito,omitempty"`
+	// WaitMS, up to 120000, waits for the job: if it ends in time the
+	// answer carries its whole row and it is not notified again.
+	WaitMS int `json:"wait_ms,omitempty"`
 	// IdempotencyKey, when set, returns the first job for a repeat.
 	IdempotencyKey string `json:"-"`
 }
@@ -73,6 +77,9 @@ type Spawned struct {
 	Status  string  `json:"status"`
 	BatchID *string `json:"batch_id"`
 	Message string  `json:"message"`
+	// Result and Error are set when a WaitMS spawn ended within its wait.
+	Result *string `json:"result,omitempty"`
+	Error  *string `json:"error,omitempty"`
 }
 
 // Job is a job row.
@@ -196,6 +203,30 @@ func (c *Client) Spawn(ctx context.Context, r SpawnRequest) (*Spawned, error) {
 func (c *Client) Batch(ctx context.Context, session string, jobs []SpawnRequest) (*BatchResult, error) {
 	var out BatchResult
 	return &out, c.do(ctx, http.MethodPost, "/v1/batches", map[string]any{"origin_session": session, "jobs": jobs}, &out)
+}
+
+// Batch is a fan-out and its join state.
+type Batch struct {
+	ID            string         `json:"batch_id"`
+	OriginSession string         `json:"origin_session"`
+	Size          int            `json:"size"`
+	Settled       int            `json:"settled"`
+	Counts        map[string]int `json:"counts"`
+	Joined        bool           `json:"joined"`
+	Partial       bool           `json:"partial"`
+	Jobs          []string       `json:"jobs"`
+}
+
+// GetBatch reads a batch.
+func (c *Client) GetBatch(ctx context.Context, id string) (*Batch, error) {
+	var out Batch
+	return &out, c.do(ctx, http.MethodGet, "/v1/batches/"+url.PathEscape(id), nil, &out)
+}
+
+// GetAgent reads an agent's configuration (its webhook secret redacted).
+func (c *Client) GetAgent(ctx context.Context, name string) (*AgentConfig, error) {
+	var out AgentConfig
+	return &out, c.do(ctx, http.MethodGet, "/v1/agents/"+url.PathEscape(name), nil, &out)
 }
 
 // Get reads a job.

@@ -62,4 +62,29 @@ func TestGoClientAndADrainingAgent(t *testing.T) {
 	jobs, _, err := c.List(ctx, "chat-c", "", 10, "")
 	require.NoError(t, err)
 	require.Len(t, jobs, 1)
+
+	// A batch through the client completes and joins.
+	echo := func(text string) bgclient.SpawnRequest {
+		return bgclient.SpawnRequest{Kind: "work", Description: text, Work: &bgclient.Work{Type: "echo", Args: map[string]any{"text": text}}}
+	}
+	res, err := c.Batch(ctx, "chat-batch", []bgclient.SpawnRequest{echo("one"), echo("two")})
+	require.NoError(t, err)
+	require.Len(t, res.Jobs, 2)
+	require.Empty(t, res.Skipped)
+	testenv.Eventually(t, 15*time.Second, "the batch to join", func() bool {
+		b, err := c.GetBatch(ctx, res.BatchID)
+		require.NoError(t, err)
+		return b.Joined
+	})
+	b, err := c.GetBatch(ctx, res.BatchID)
+	require.NoError(t, err)
+	require.Equal(t, 2, b.Counts["completed"])
+	agent, err := c.GetAgent(ctx, "alpha")
+	require.NoError(t, err)
+	require.Equal(t, a2aURL, agent.A2AURL)
+	waited, err := c.Spawn(ctx, bgclient.SpawnRequest{OriginSession: "chat-w", Kind: "work", Description: "waited", WaitMS: 10000,
+		Work: &bgclient.Work{Type: "echo", Args: map[string]any{"text": "right away"}}})
+	require.NoError(t, err)
+	require.Equal(t, "completed", waited.Status)
+	require.Equal(t, "right away", *waited.Result)
 }
