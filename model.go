@@ -302,6 +302,9 @@ type Batch struct {
 	JoinedAt      *time.Time `json:"joined_at"`
 	Jobs          []string   `json:"jobs"`
 	CreatedAt     time.Time  `json:"created_at"`
+	// AllIncognito is true when every member is incognito: its join wakes
+	// nobody, like each of them alone.
+	AllIncognito bool `json:"-"`
 }
 
 // BatchMember is a spawned member of a batch, by its index in the request.

@@ -39,17 +39,6 @@ func (f *Followups) mayWake(ctx context.Context, agent, session string, incognit
 	return a != nil
 }
 
-// anyOpen reports whether any of a batch's members is not incognito: a
-// batch of incognito jobs wakes nobody, like each of them alone.
-func anyOpen(members []*bgjobs.Job) bool {
-	for _, j := range members {
-		if j != nil && !j.Incognito {
-			return true
-		}
-	}
-	return false
-}
-
 // indexes reports whether j's outcome goes to memory: a turn's report,
 // unless the job is incognito or its origin a background worker.
 func indexes(j *bgjobs.Job, o bgjobs.Outcome) bool {

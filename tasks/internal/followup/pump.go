@@ -160,22 +160,24 @@ func (f *Followups) join(ctx context.Context, tag string, e registry.Entry) erro
 	if err != nil || b == nil {
 		return err
 	}
-	members, err := f.store.LookupMany(ctx, b.Jobs)
-	if err != nil {
-		return err
-	}
-	// Like a single job's nudge, the join waits until the drain would hand
-	// over every member.
-	for _, j := range members {
-		if j != nil && f.awaitingIndex(ctx, j) {
-			return errAwaitingIndex
+	if f.indexerAlive(ctx) {
+		// Like a single job's nudge, the join waits until the drain would
+		// hand over every member.
+		members, err := f.store.LookupMany(ctx, b.Jobs)
+		if err != nil {
+			return err
+		}
+		for _, j := range members {
+			if j != nil && f.awaitingIndex(ctx, j) {
+				return errAwaitingIndex
+			}
 		}
 	}
 	agent, session := bgjobs.SplitTag(tag)
 	metrics.BatchJoins.WithLabelValues(strconv.FormatBool(b.Partial)).Inc()
 	f.feeds.Publish(bgjobs.Event{Type: bgjobs.EventBatchJoined, BatchID: b.ID, Agent: agent, OriginSession: session,
 		Status: bgjobs.StatusCompleted, Counts: &b.Counts, Partial: b.Partial, At: f.now().UTC()})
-	if !f.mayWake(ctx, agent, session, !anyOpen(members)) {
+	if !f.mayWake(ctx, agent, session, b.AllIncognito) {
 		return nil
 	}
 	id := b.ID

@@ -15,14 +15,18 @@ import (
 // round trip, so the batch can never join early.
 func (s *Store) CreateBatch(ctx context.Context, tag, id string, jobs []*bgjobs.Job, now time.Time) error {
 	ids := make([]any, len(jobs))
+	open := 0
 	for i, j := range jobs {
 		ids[i] = j.ID
+		if !j.Incognito {
+			open++
+		}
 	}
 	var cmds []redis.Cmder
 	err := s.do(ctx, func(ctx context.Context, p redis.Pipeliner) {
 		cmds = append(cmds,
 			p.HSet(ctx, s.k.batch(tag, id), map[string]any{"id": id, "size": len(jobs), "settled": 0,
-				string(bgjobs.StatusCompleted): 0, string(bgjobs.StatusFailed): 0, string(bgjobs.StatusCancelled): 0, "created_at": ms(now)}),
+				string(bgjobs.StatusCompleted): 0, string(bgjobs.StatusFailed): 0, string(bgjobs.StatusCancelled): 0, "created_at": ms(now), "open": open}),
 			p.RPush(ctx, s.k.batchJobs(tag, id), ids...),
 			p.HSet(ctx, s.k.batchIndex(), id, tag))
 		for _, j := range jobs {
@@ -66,7 +70,9 @@ func (s *Store) LoadBatch(ctx context.Context, tag, id string) (*bgjobs.Batch, e
 	b := &bgjobs.Batch{ID: id, OriginSession: session, Size: n("size"), Settled: n("settled"),
 		Counts: bgjobs.Counts{Completed: n(string(bgjobs.StatusCompleted)), Failed: n(string(bgjobs.StatusFailed)),
 			Cancelled: n(string(bgjobs.StatusCancelled))},
-		Partial: f["partial"] == "1", Jobs: members.Val(), CreatedAt: msTime(f["created_at"])}
+		Partial: f["partial"] == "1", Jobs: members.Val(), CreatedAt: msTime(f["created_at"]),
+		// Batches written before the count existed are taken as open.
+		AllIncognito: f["open"] == "0"}
 	if s := f["joined_at"]; s != "" {
 		t := msTime(s)
 		b.Joined, b.JoinedAt = true, &t

@@ -129,3 +129,36 @@ func TestBusyScripts(t *testing.T) {
 	require.NoError(t, err)
 	require.False(t, held)
 }
+
+// The delivery lock and the sent mark: one delivery of a session at a time,
+// a lock freed only by its holder, a message marked sent once delivered.
+func TestDeliveryLockAndMarks(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	tag := bgjobs.Tag("alpha", "s")
+	for _, tc := range []struct {
+		desc    string
+		holder  string
+		want    bool
+		release string // released by this holder first
+	}{
+		{desc: "the first takes the lock", holder: "m1", want: true},
+		{desc: "a second waits its turn", holder: "m2", want: false},
+		{desc: "another's release frees nothing", holder: "m2", release: "m2", want: false},
+		{desc: "the holder's release frees it", holder: "m2", release: "m1", want: true},
+	} {
+		if tc.release != "" {
+			b.wake.UnlockDelivery(b.ctx, tag, tc.release)
+		}
+		ok, err := b.wake.LockDelivery(b.ctx, tag, tc.holder, time.Minute)
+		require.NoError(t, err, tc.desc)
+		require.Equal(t, tc.want, ok, tc.desc)
+	}
+	sent, err := b.wake.Delivered(b.ctx, tag, "m1")
+	require.NoError(t, err)
+	require.False(t, sent)
+	require.NoError(t, b.wake.MarkDelivered(b.ctx, tag, "m1", time.Minute))
+	sent, err = b.wake.Delivered(b.ctx, tag, "m1")
+	require.NoError(t, err)
+	require.True(t, sent)
+}
