@@ -25,18 +25,19 @@ func TestLayout(t *testing.T) {
 	const mod = "github.com/bgjobs/bgjobs"
 	// Who may import go-redis, and why.
 	allowed := map[string]string{
-		mod + "/tasks/internal/registry":         "every command on bgjobs' keys: jobs, sessions, batches, outboxes",
-		mod + "/tasks/internal/registry/wake":    "the registry's session wake-up state",
-		mod + "/tasks/internal/registry/feeds":   "the registry's event and report streams",
-		mod + "/tasks/internal/registry/tenants": "the registry's agents and agent keys",
-		mod + "/internal/pipeline":               "the batching writer and asynq's client",
-		mod + "/tasks":                           "NewManager takes the caller's client (the type only)",
-		mod + "/app":                             "opens the client",
-		mod + "/internal/redisconn":              "opens the client from a URL",
-		mod + "/internal/redisns":                "test and bench clean-up of a namespace",
-		mod + "/internal/testenv":                "test Redis spaces",
-		mod + "/internal/bench":                  "raw asynq baseline and the bench's own Redis",
-		mod + "/search":                          "the search writer tails the reports stream",
+		mod + "/tasks/internal/registry":              "every command on bgjobs' keys: jobs, sessions, batches, outboxes",
+		mod + "/tasks/internal/registry/wake":         "the registry's session wake-up state",
+		mod + "/tasks/internal/registry/feeds":        "the registry's event and report streams",
+		mod + "/tasks/internal/registry/tenants":      "the registry's agents and agent keys",
+		mod + "/tasks/internal/registry/registrytest": "the registry's test helpers",
+		mod + "/internal/pipeline":                    "the batching writer and asynq's client",
+		mod + "/tasks":                                "NewManager takes the caller's client (the type only)",
+		mod + "/app":                                  "opens the client",
+		mod + "/internal/redisconn":                   "opens the client from a URL",
+		mod + "/internal/redisns":                     "test and bench clean-up of a namespace",
+		mod + "/internal/testenv":                     "test Redis spaces",
+		mod + "/internal/bench":                       "raw asynq baseline and the bench's own Redis",
+		mod + "/search":                               "the search writer tails the reports stream",
 	}
 	sc := bufio.NewScanner(strings.NewReader(string(out)))
 	for sc.Scan() {

@@ -1,72 +1,28 @@
 package registry_test
 
 import (
-	"context"
 	"fmt"
-	"log/slog"
 	"testing"
 	"time"
 
 	"github.com/google/go-cmp/cmp"
-	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
 	"github.com/bgjobs/bgjobs"
-	"github.com/bgjobs/bgjobs/internal/pipeline"
-	"github.com/bgjobs/bgjobs/internal/testenv"
 	"github.com/bgjobs/bgjobs/tasks/internal/registry"
+	"github.com/bgjobs/bgjobs/tasks/internal/registry/registrytest"
 )
 
 // The scripts' outcomes, table by table, on real Redis when
 // BGJOBS_TEST_REDIS_URL is set and on miniredis otherwise.
 
-type testBundle struct {
-	s   *registry.Store
-	rdb redis.UniversalClient
-	ctx context.Context
-	n   int
-}
+type testBundle struct{ *registrytest.Bundle }
 
-func setup(t *testing.T) *testBundle {
-	t.Helper()
-	env := testenv.New(t)
-	w := pipeline.New(env.RDB, slog.New(slog.DiscardHandler))
-	require.NoError(t, w.Start(context.Background()))
-	t.Cleanup(w.Stop)
-	return &testBundle{s: registry.New(env.RDB, w, env.Namespace, time.Hour), rdb: env.RDB, ctx: context.Background()}
-}
+func setup(t *testing.T) *testBundle { return &testBundle{registrytest.New(t)} }
 
-var now = time.UnixMilli(1_800_000_000_000)
+var now = registrytest.Now
 
-// job writes a queued row of a one-member batch (CreateBatch is the row
-// writer that needs no asynq enqueue; plainJob clears the batch).
-func (b *testBundle) job(t *testing.T) *bgjobs.Job {
-	t.Helper()
-	b.n++
-	bid := fmt.Sprintf("bt-%012x", b.n)
-	j := &bgjobs.Job{ID: fmt.Sprintf("bg-%012x", b.n), Agent: "alpha", OriginSession: "s", Kind: bgjobs.KindTurn,
-		Description: "d", Status: bgjobs.StatusQueued, BatchID: &bid, CreatedAt: now}
-	require.NoError(t, b.s.CreateBatch(b.ctx, bgjobs.Tag("alpha", "s"), bid, []*bgjobs.Job{j}, now))
-	return j
-}
-
-func (b *testBundle) settle(t *testing.T, j *bgjobs.Job, st registry.Settlement) ([]registry.Entry, error) {
-	t.Helper()
-	r := "report"
-	st.Tag, st.ID, st.Now = bgjobs.Tag(j.Agent, j.OriginSession), j.ID, now
-	if st.Outcome.Status == "" {
-		st.Outcome = bgjobs.Outcome{Status: bgjobs.StatusCompleted, Result: &r}
-	}
-	return b.s.Settle(b.ctx, st)
-}
-
-func kinds(es []registry.Entry) []string {
-	out := []string{}
-	for _, e := range es {
-		out = append(out, string(e.Kind))
-	}
-	return out
-}
+func kinds(es []registry.Entry) []string { return registrytest.Kinds(es) }
 
 func TestStartScript(t *testing.T) {
 	t.Parallel()
@@ -87,20 +43,20 @@ func TestStartScript(t *testing.T) {
 		t.Run(tc.desc, func(t *testing.T) {
 			t.Parallel()
 			b := setup(t)
-			j := b.job(t)
+			j := b.Job(t)
 			tag := bgjobs.Tag("alpha", "s")
 			if tc.missing {
 				tag = bgjobs.Tag("alpha", "elsewhere")
 			}
 			for range tc.starts {
-				_, err := b.s.Start(b.ctx, tag, j.ID, now)
+				_, err := b.S.Start(b.Ctx, tag, j.ID, now)
 				require.NoError(t, err)
 			}
 			if tc.settled {
-				_, err := b.settle(t, j, registry.Settlement{})
+				_, err := b.Settle(t, j, registry.Settlement{})
 				require.NoError(t, err)
 			}
-			got, err := b.s.Start(b.ctx, tag, j.ID, now)
+			got, err := b.S.Start(b.Ctx, tag, j.ID, now)
 			require.ErrorIs(t, err, tc.wantErr)
 			if tc.wantErr == nil {
 				require.Equal(t, tc.wantAttempt, got.Attempt)
@@ -138,27 +94,26 @@ func TestSettleScript(t *testing.T) {
 			b := setup(t)
 			var j *bgjobs.Job
 			if tc.batchSize == 0 {
-				j = b.plainJob(t, tc.waiting)
+				j = b.PlainJob(t, tc.waiting)
 			} else {
 				bid := "bt-00000000beef"
 				var members []*bgjobs.Job
-				for range tc.batchSize {
-					b.n++
-					members = append(members, &bgjobs.Job{ID: fmt.Sprintf("bg-%012x", b.n), Agent: "alpha", OriginSession: "s",
+				for i := range tc.batchSize {
+					members = append(members, &bgjobs.Job{ID: fmt.Sprintf("bg-%012x", 0xbeef00+i), Agent: "alpha", OriginSession: "s",
 						Kind: bgjobs.KindWork, BatchID: &bid, CreatedAt: now})
 				}
-				require.NoError(t, b.s.CreateBatch(b.ctx, bgjobs.Tag("alpha", "s"), bid, members, now))
+				require.NoError(t, b.S.CreateBatch(b.Ctx, bgjobs.Tag("alpha", "s"), bid, members, now))
 				for _, m := range members[:tc.settleFirst] {
-					_, err := b.settle(t, m, registry.Settlement{})
+					_, err := b.Settle(t, m, registry.Settlement{})
 					require.NoError(t, err)
 				}
 				j = members[tc.settleFirst]
 			}
 			if tc.twice {
-				_, err := b.settle(t, j, tc.st)
+				_, err := b.Settle(t, j, tc.st)
 				require.NoError(t, err)
 			}
-			got, err := b.settle(t, j, tc.st)
+			got, err := b.Settle(t, j, tc.st)
 			require.ErrorIs(t, err, tc.wantErr)
 			if tc.wantErr != nil {
 				return
@@ -166,27 +121,12 @@ func TestSettleScript(t *testing.T) {
 			if diff := cmp.Diff(tc.wantKinds, kinds(got)); diff != "" {
 				t.Errorf("entries (-want +got):\n%s", diff)
 			}
-			row, err := b.s.Load(b.ctx, bgjobs.Tag("alpha", "s"), j.ID)
+			row, err := b.S.Load(b.Ctx, bgjobs.Tag("alpha", "s"), j.ID)
 			require.NoError(t, err)
 			require.Equal(t, bgjobs.StatusCompleted, row.Status)
 			require.Equal(t, tc.wantHold, row.HoldForIndex)
 		})
 	}
-}
-
-// plainJob writes a row with no batch: a one-member batch's row, its
-// batch field then cleared by hand (the store writes plain rows only
-// together with their asynq task).
-func (b *testBundle) plainJob(t *testing.T, waiting bool) *bgjobs.Job {
-	t.Helper()
-	j := b.job(t)
-	key := b.s.Keys().Job(bgjobs.Tag("alpha", "s"), j.ID)
-	require.NoError(t, b.rdb.HDel(b.ctx, key, "batch_id").Err())
-	if waiting {
-		require.NoError(t, b.rdb.HSet(b.ctx, key, "wait_until", now.Add(time.Minute).UnixMilli()).Err())
-	}
-	j.BatchID = nil
-	return j
 }
 
 func TestAckRetryAndDeleteScripts(t *testing.T) {
@@ -210,34 +150,34 @@ func TestAckRetryAndDeleteScripts(t *testing.T) {
 		t.Run(tc.desc, func(t *testing.T) {
 			t.Parallel()
 			b := setup(t)
-			j := b.plainJob(t, false)
+			j := b.PlainJob(t, false)
 			tag := bgjobs.Tag("alpha", "s")
 			if tc.settled {
 				msg := "x"
-				_, err := b.settle(t, j, registry.Settlement{Outcome: bgjobs.Outcome{Status: tc.status, Error: &msg}})
+				_, err := b.Settle(t, j, registry.Settlement{Outcome: bgjobs.Outcome{Status: tc.status, Error: &msg}})
 				require.NoError(t, err)
 			}
 			if tc.acked {
-				_, err := b.s.Ack(b.ctx, tag, j.ID, now)
+				_, err := b.S.Ack(b.Ctx, tag, j.ID, now)
 				require.NoError(t, err)
 			}
-			flipped, err := b.s.Ack(b.ctx, tag, j.ID, now)
+			flipped, err := b.S.Ack(b.Ctx, tag, j.ID, now)
 			require.ErrorIs(t, err, tc.wantAckEr)
 			require.Equal(t, tc.wantAck, flipped)
-			err = b.s.Retry(b.ctx, j, tc.force, now)
+			err = b.S.Retry(b.Ctx, j, tc.force, now)
 			require.ErrorIs(t, err, tc.wantRetry)
 			if tc.settled && tc.wantRetry == nil {
-				row, err := b.s.Load(b.ctx, tag, j.ID)
+				row, err := b.S.Load(b.Ctx, tag, j.ID)
 				require.NoError(t, err)
 				require.Equal(t, bgjobs.StatusQueued, row.Status)
 				require.Equal(t, 1, row.Generation)
 				require.False(t, row.Notified)
-				require.ErrorIs(t, b.s.Remove(b.ctx, j), registry.ErrNotEnded)
+				require.ErrorIs(t, b.S.Remove(b.Ctx, j), registry.ErrNotEnded)
 				return
 			}
-			require.ErrorIs(t, b.s.Remove(b.ctx, j), tc.wantDel)
+			require.ErrorIs(t, b.S.Remove(b.Ctx, j), tc.wantDel)
 			if tc.wantDel == nil {
-				require.ErrorIs(t, b.s.Remove(b.ctx, j), registry.ErrNoJob)
+				require.ErrorIs(t, b.S.Remove(b.Ctx, j), registry.ErrNoJob)
 			}
 		})
 	}
@@ -265,22 +205,22 @@ func TestDrainScript(t *testing.T) {
 		t.Run(tc.desc, func(t *testing.T) {
 			t.Parallel()
 			b := setup(t)
-			j := b.plainJob(t, false)
+			j := b.PlainJob(t, false)
 			tag := bgjobs.Tag("alpha", "s")
-			_, err := b.settle(t, j, registry.Settlement{Index: tc.hold, HoldForIndex: tc.hold})
+			_, err := b.Settle(t, j, registry.Settlement{Index: tc.hold, HoldForIndex: tc.hold})
 			require.NoError(t, err)
 			if tc.indexed {
-				_, err := b.s.MarkIndexed(b.ctx, []registry.JobRef{{Tag: tag, ID: j.ID}})
+				_, err := b.S.MarkIndexed(b.Ctx, []registry.JobRef{{Tag: tag, ID: j.ID}})
 				require.NoError(t, err)
 			}
 			hold := registry.DrainHold{On: tc.holdOn, Since: now.Add(-time.Minute)}
 			if tc.graceGone {
 				hold.Since = now.Add(time.Second)
 			}
-			first, err := b.s.Drain(b.ctx, tag, tc.idem, now, hold)
+			first, err := b.S.Drain(b.Ctx, tag, tc.idem, now, hold)
 			require.NoError(t, err)
 			require.Len(t, first, tc.wantFirst)
-			again, err := b.s.Drain(b.ctx, tag, tc.idem, now, hold)
+			again, err := b.S.Drain(b.Ctx, tag, tc.idem, now, hold)
 			require.NoError(t, err)
 			require.Len(t, again, tc.wantAgain)
 			if tc.wantFirst == 1 {
@@ -298,13 +238,13 @@ func TestJoinLeaseAndWaitScripts(t *testing.T) {
 
 	// The straggler's claim: once.
 	bid := "bt-0000000000aa"
-	require.NoError(t, b.s.CreateBatch(b.ctx, tag, bid, []*bgjobs.Job{{ID: "bg-0000000000aa", Agent: "alpha", OriginSession: "s", BatchID: &bid, CreatedAt: now}}, now))
+	require.NoError(t, b.S.CreateBatch(b.Ctx, tag, bid, []*bgjobs.Job{{ID: "bg-0000000000aa", Agent: "alpha", OriginSession: "s", BatchID: &bid, CreatedAt: now}}, now))
 	for i, want := range []bool{true, false} {
-		joined, err := b.s.ForceJoin(b.ctx, tag, bid, now)
+		joined, err := b.S.ForceJoin(b.Ctx, tag, bid, now)
 		require.NoError(t, err)
 		require.Equal(t, want, joined, "force join %d", i)
 	}
-	batch, err := b.s.LoadBatch(b.ctx, tag, bid)
+	batch, err := b.S.LoadBatch(b.Ctx, tag, bid)
 	require.NoError(t, err)
 	require.True(t, batch.Joined && batch.Partial)
 
@@ -313,12 +253,12 @@ func TestJoinLeaseAndWaitScripts(t *testing.T) {
 		holder string
 		want   bool
 	}{{"a", true}, {"b", false}, {"a", true}} {
-		ok, err := b.s.HoldLease(b.ctx, "m", tc.holder, time.Minute)
+		ok, err := b.S.HoldLease(b.Ctx, "m", tc.holder, time.Minute)
 		require.NoError(t, err)
 		require.Equal(t, tc.want, ok, tc.holder)
 	}
-	b.s.ReleaseLease(b.ctx, "m", "a")
-	ok, err := b.s.HoldLease(b.ctx, "m", "b", time.Minute)
+	b.S.ReleaseLease(b.Ctx, "m", "a")
+	ok, err := b.S.HoldLease(b.Ctx, "m", "b", time.Minute)
 	require.NoError(t, err)
 	require.True(t, ok)
 
@@ -328,10 +268,10 @@ func TestJoinLeaseAndWaitScripts(t *testing.T) {
 		take bool
 		want registry.WaitEnd
 	}{{"take", true, registry.WaitTaken}, {"let go", false, registry.WaitHandedBack}} {
-		w := b.plainJob(t, true)
-		_, err := b.settle(t, w, registry.Settlement{Announce: true})
+		w := b.PlainJob(t, true)
+		_, err := b.Settle(t, w, registry.Settlement{Announce: true})
 		require.NoError(t, err)
-		got, err := b.s.ReleaseWait(b.ctx, tag, w.ID, tc.take, now)
+		got, err := b.S.ReleaseWait(b.Ctx, tag, w.ID, tc.take, now)
 		require.NoError(t, err)
 		require.Equal(t, tc.want, got, tc.desc)
 	}
@@ -343,12 +283,12 @@ func TestRequeueTurnCapAndMarkScripts(t *testing.T) {
 	tag := bgjobs.Tag("alpha", "s")
 
 	// Requeue: a running row goes back to queued; nothing else moves.
-	j := b.plainJob(t, false)
-	_, err := b.s.Start(b.ctx, tag, j.ID, now)
+	j := b.PlainJob(t, false)
+	_, err := b.S.Start(b.Ctx, tag, j.ID, now)
 	require.NoError(t, err)
 	for i, want := range []bgjobs.Status{bgjobs.StatusQueued, bgjobs.StatusQueued} {
-		require.NoError(t, b.s.Requeue(b.ctx, tag, j.ID))
-		row, err := b.s.Load(b.ctx, tag, j.ID)
+		require.NoError(t, b.S.Requeue(b.Ctx, tag, j.ID))
+		row, err := b.S.Load(b.Ctx, tag, j.ID)
 		require.NoError(t, err)
 		require.Equal(t, want, row.Status, "requeue %d", i)
 	}
@@ -367,31 +307,31 @@ func TestRequeueTurnCapAndMarkScripts(t *testing.T) {
 		{"cap reached", "bg-00000000000c", now, false},
 		{"a holder keeps its slot", "bg-00000000000a", now.Add(time.Second), true},
 	} {
-		ok, err := b.s.AcquireTurn(b.ctx, tc.id, tc.at, lease, 2)
+		ok, err := b.S.AcquireTurn(b.Ctx, tc.id, tc.at, lease, 2)
 		require.NoError(t, err, tc.desc)
 		require.Equal(t, tc.want, ok, tc.desc)
 	}
-	require.NoError(t, b.s.RenewTurn(b.ctx, "bg-00000000000b", now.Add(2*lease)))
-	ok, err := b.s.AcquireTurn(b.ctx, "bg-00000000000c", now.Add(lease+2*time.Second), lease, 2)
+	require.NoError(t, b.S.RenewTurn(b.Ctx, "bg-00000000000b", now.Add(2*lease)))
+	ok, err := b.S.AcquireTurn(b.Ctx, "bg-00000000000c", now.Add(lease+2*time.Second), lease, 2)
 	require.NoError(t, err)
 	require.True(t, ok, "a's lease lapsed, b's was renewed: c takes a's slot")
-	ok, err = b.s.AcquireTurn(b.ctx, "bg-00000000000d", now.Add(lease+2*time.Second), lease, 2)
+	ok, err = b.S.AcquireTurn(b.Ctx, "bg-00000000000d", now.Add(lease+2*time.Second), lease, 2)
 	require.NoError(t, err)
 	require.False(t, ok)
-	require.NoError(t, b.s.RenewTurn(b.ctx, "bg-00000000000a", now.Add(3*lease)), "renewing a lapsed slot is a no-op")
-	b.s.ReleaseTurn(b.ctx, "bg-00000000000c")
-	ok, err = b.s.AcquireTurn(b.ctx, "bg-00000000000d", now.Add(lease+3*time.Second), lease, 2)
+	require.NoError(t, b.S.RenewTurn(b.Ctx, "bg-00000000000a", now.Add(3*lease)), "renewing a lapsed slot is a no-op")
+	b.S.ReleaseTurn(b.Ctx, "bg-00000000000c")
+	ok, err = b.S.AcquireTurn(b.Ctx, "bg-00000000000d", now.Add(lease+3*time.Second), lease, 2)
 	require.NoError(t, err)
 	require.True(t, ok, "a released slot is free")
 
 	// A mark on a row that is gone does not bring it back as a fragment.
 	gone := registry.JobRef{Tag: tag, ID: "bg-0000000000ff"}
-	_, err = b.s.MarkIndexed(b.ctx, []registry.JobRef{gone, {Tag: tag, ID: j.ID}})
+	_, err = b.S.MarkIndexed(b.Ctx, []registry.JobRef{gone, {Tag: tag, ID: j.ID}})
 	require.NoError(t, err)
-	row, err := b.s.Load(b.ctx, tag, gone.ID)
+	row, err := b.S.Load(b.Ctx, tag, gone.ID)
 	require.NoError(t, err)
 	require.Nil(t, row)
-	row, err = b.s.Load(b.ctx, tag, j.ID)
+	row, err = b.S.Load(b.Ctx, tag, j.ID)
 	require.NoError(t, err)
 	require.True(t, row.ReportIndexed)
 }
