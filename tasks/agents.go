@@ -76,6 +76,9 @@ func (m *Manager) GetAgent(ctx context.Context, name string) (*bgjobs.Agent, err
 	return a, nil
 }
 
+// Agents lists the agents that have jobs, for operators' views.
+func (m *Manager) Agents(ctx context.Context) ([]string, error) { return m.store.AgentsWithJobs(ctx) }
+
 // CreateKey makes a new key for agent, stores its digest and returns the
 // key: the only time it is ever shown.
 func (m *Manager) CreateKey(ctx context.Context, agent string) (string, error) {

@@ -1,10 +1,13 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
+	"slices"
 	"text/tabwriter"
 	"time"
 
@@ -50,6 +53,10 @@ func (o *opsEnv) printJobs(jobs []*bgjobs.Job) error {
 		}
 		return json.NewEncoder(o.stdout).Encode(jobs)
 	}
+	if len(jobs) == 0 {
+		fmt.Fprintln(o.stdout, "no jobs")
+		return nil
+	}
 	w := tabwriter.NewWriter(o.stdout, 2, 4, 2, ' ', 0)
 	fmt.Fprintln(w, "ID\tAGENT\tSESSION\tKIND\tSTATUS\tNOTIFIED\tATTEMPTS\tCREATED\tDESCRIPTION")
 	for _, j := range jobs {
@@ -60,7 +67,8 @@ func (o *opsEnv) printJobs(jobs []*bgjobs.Job) error {
 }
 
 func opsCommands(ctx context.Context, getenv func(string) string, stdout io.Writer) []*cobra.Command {
-	return []*cobra.Command{jobsCmd(ctx, getenv, stdout), retryCmd(ctx, getenv, stdout), purgeCmd(ctx, getenv, stdout), keysCmd(ctx, getenv, stdout)}
+	return []*cobra.Command{jobsCmd(ctx, getenv, stdout), retryCmd(ctx, getenv, stdout), cancelCmd(ctx, getenv, stdout),
+		purgeCmd(ctx, getenv, stdout), statsCmd(ctx, getenv, stdout), keysCmd(ctx, getenv, stdout)}
 }
 
 func jobsCmd(ctx context.Context, getenv func(string) string, stdout io.Writer) *cobra.Command {
@@ -75,14 +83,31 @@ func jobsCmd(ctx context.Context, getenv func(string) string, stdout io.Writer) 
 				return err
 			}
 			defer done()
-			jobs, _, err := m.List(ctx, req)
-			if err != nil {
-				return err
+			agents := []string{req.Agent}
+			if req.Agent == "" {
+				// The operator's view: every agent's jobs, newest first.
+				if agents, err = m.Agents(ctx); err != nil {
+					return err
+				}
+			}
+			var jobs []*bgjobs.Job
+			for _, a := range agents {
+				r := req
+				r.Agent = a
+				page, _, err := m.List(ctx, r)
+				if err != nil {
+					return err
+				}
+				jobs = append(jobs, page...)
+			}
+			slices.SortFunc(jobs, func(a, b *bgjobs.Job) int { return b.CreatedAt.Compare(a.CreatedAt) })
+			if limit := cmp.Or(req.Limit, tasks.ListLimitDefault); len(jobs) > limit {
+				jobs = jobs[:limit]
 			}
 			return ls.printJobs(jobs)
 		},
 	})
-	lsCmd.Flags().StringVar(&req.Agent, "agent", "default", "the agent whose jobs to list")
+	lsCmd.Flags().StringVar(&req.Agent, "agent", "", "only this agent's jobs (default: every agent's)")
 	lsCmd.Flags().StringVar(&req.Session, "session", "", "only this session")
 	lsCmd.Flags().StringVar(&req.Status, "status", "", "only this status")
 	lsCmd.Flags().StringVar(&req.BatchID, "batch", "", "only this batch")
@@ -248,9 +273,107 @@ func keysCmd(ctx context.Context, getenv func(string) string, stdout io.Writer) 
 			if err != nil {
 				return err
 			}
+			cfg, err := bgjobs.Load(getenv)
+			if err != nil {
+				return err
+			}
+			if slices.Contains(slices.Collect(maps.Values(cfg.APIKeys)), args[0]) {
+				// Say so even when stored keys went too: the agent still has a key.
+				return bgjobs.FieldError("BGJOBS_API_KEYS", "revoked %d stored key(s); %s's key in BGJOBS_API_KEYS stays valid until it is removed there and the servers restart", n, args[0])
+			}
+			if n == 0 {
+				return bgjobs.Errorf(bgjobs.ENotFound, "%s has no stored key to revoke", args[0])
+			}
 			fmt.Fprintf(stdout, "revoked %d key(s) of %s\n", n, args[0])
 			return nil
 		},
 	}))
 	return root
+}
+
+func cancelCmd(ctx context.Context, getenv func(string) string, stdout io.Writer) *cobra.Command {
+	o := &opsEnv{ctx: ctx, getenv: getenv, stdout: stdout}
+	return o.flags(&cobra.Command{
+		Use:   "cancel <id>…",
+		Short: "Stop queued or running jobs: they end cancelled and drain like any other",
+		Args:  cobra.MinimumNArgs(1),
+		RunE: func(cmd *cobra.Command, ids []string) error {
+			m, done, err := o.manager(cmd)
+			if err != nil {
+				return err
+			}
+			defer done()
+			var out []*bgjobs.Job
+			for _, id := range ids {
+				j, err := m.Lookup(ctx, id)
+				if err != nil {
+					return fmt.Errorf("%s: %w", id, err)
+				}
+				if j, err = m.Cancel(ctx, j.Agent, id); err != nil {
+					return fmt.Errorf("%s: %w", id, err)
+				}
+				out = append(out, j)
+			}
+			return o.printJobs(out)
+		},
+	})
+}
+
+// queueStats is one queue's tasks by state, as asynq counts them.
+type queueStats struct {
+	Queue     string `json:"queue"`
+	Pending   int    `json:"pending"`
+	Active    int    `json:"active"`
+	Scheduled int    `json:"scheduled"`
+	Retry     int    `json:"retry"`
+	Archived  int    `json:"archived"`
+	Completed int    `json:"completed"`
+	Processed int    `json:"processed_today"`
+	Failed    int    `json:"failed_today"`
+	Paused    bool   `json:"paused"`
+}
+
+func statsCmd(ctx context.Context, getenv func(string) string, stdout io.Writer) *cobra.Command {
+	o := &opsEnv{ctx: ctx, getenv: getenv, stdout: stdout}
+	return o.flags(&cobra.Command{
+		Use:   "stats",
+		Short: "Tasks per queue and state (turns, work, resume, control), like asynq stats",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			m, done, err := o.manager(cmd)
+			if err != nil {
+				return err
+			}
+			defer done()
+			known, err := m.Inspector().Queues()
+			if err != nil {
+				return err
+			}
+			var rows []queueStats
+			for _, base := range []string{tasks.QueueTurns, tasks.QueueWork, tasks.QueueResume, tasks.QueueControl} {
+				q := m.Queue(base)
+				if !slices.Contains(known, q) {
+					rows = append(rows, queueStats{Queue: q})
+					continue // nothing was ever queued there
+				}
+				info, err := m.Inspector().GetQueueInfo(q)
+				if err != nil {
+					return err
+				}
+				rows = append(rows, queueStats{Queue: q, Pending: info.Pending, Active: info.Active, Scheduled: info.Scheduled,
+					Retry: info.Retry, Archived: info.Archived, Completed: info.Completed, Processed: info.Processed,
+					Failed: info.Failed, Paused: info.Paused})
+			}
+			if o.asJSON {
+				return json.NewEncoder(stdout).Encode(rows)
+			}
+			w := tabwriter.NewWriter(stdout, 2, 4, 2, ' ', 0)
+			fmt.Fprintln(w, "QUEUE\tPENDING\tACTIVE\tSCHEDULED\tRETRY\tARCHIVED\tCOMPLETED\tPROCESSED TODAY\tFAILED TODAY\tPAUSED")
+			for _, r := range rows {
+				fmt.Fprintf(w, "%s\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%t\n", r.Queue, r.Pending, r.Active, r.Scheduled,
+					r.Retry, r.Archived, r.Completed, r.Processed, r.Failed, r.Paused)
+			}
+			return w.Flush()
+		},
+	})
 }

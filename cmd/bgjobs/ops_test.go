@@ -124,3 +124,56 @@ func TestStoredKeys(t *testing.T) {
 		return code == 401
 	})
 }
+
+// The CLI with asynq's manners: every agent's jobs by default, a friendly
+// empty answer, cancel, stats per queue and state, and keys revoke that
+// says when a key cannot be revoked from here.
+func TestOperatorCommands(t *testing.T) {
+	t.Parallel()
+	srv := testenv.StartRedisServer(t)
+	m := privateManager(t, srv)
+	ctx := context.Background()
+	out, err := cli(t, srv.URL(), "jobs", "ls")
+	require.NoError(t, err, out)
+	require.Equal(t, "no jobs\n", out)
+
+	var ids []string
+	for _, agent := range []string{"alpha", "beta"} {
+		j, _, err := m.Spawn(ctx, tasks.SpawnRequest{Agent: agent, OriginSession: "s", Kind: bgjobs.KindWork,
+			Description: "slow " + agent, Work: &bgjobs.WorkSpec{Type: "echo", Args: json.RawMessage(`{"text":"x","delay_ms":60000}`)}})
+		require.NoError(t, err)
+		ids = append(ids, j.ID)
+	}
+	out, err = cli(t, srv.URL(), "jobs", "ls")
+	require.NoError(t, err, out)
+	require.Contains(t, out, "slow alpha")
+	require.Contains(t, out, "slow beta", "the operator sees every agent's jobs")
+	out, err = cli(t, srv.URL(), "jobs", "ls", "--agent", "beta")
+	require.NoError(t, err, out)
+	require.NotContains(t, out, "slow alpha")
+
+	out, err = cli(t, srv.URL(), "stats")
+	require.NoError(t, err, out)
+	require.Regexp(t, `(?m)^work\s+2\s+0\s`, out, "two pending work tasks")
+	out, err = cli(t, srv.URL(), "stats", "--json")
+	require.NoError(t, err, out)
+	var stats []map[string]any
+	require.NoError(t, json.Unmarshal([]byte(out), &stats))
+	require.Len(t, stats, 4)
+
+	out, err = cli(t, srv.URL(), "cancel", ids[1])
+	require.NoError(t, err, out)
+	require.Contains(t, out, "cancelled")
+	j, err := m.Get(ctx, "beta", ids[1])
+	require.NoError(t, err)
+	require.Equal(t, bgjobs.StatusCancelled, j.Status)
+	_, err = cli(t, srv.URL(), "cancel", ids[1])
+	require.ErrorContains(t, err, "already ended")
+
+	_, err = cli(t, srv.URL(), "keys", "revoke", "gamma")
+	require.ErrorContains(t, err, "no stored key")
+	envOut := &lockedBuffer{}
+	env := map[string]string{"REDIS_URL": srv.URL(), "BGJOBS_API_KEYS": "alpha:from-env"}
+	err = run(ctx, []string{"keys", "revoke", "alpha"}, func(k string) string { return env[k] }, envOut, envOut)
+	require.ErrorContains(t, err, "BGJOBS_API_KEYS", "a key from the environment cannot be revoked here")
+}
