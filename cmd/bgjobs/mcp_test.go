@@ -38,7 +38,9 @@ func mcpSession(t *testing.T, base, key string) *mcp.ClientSession {
 	return s
 }
 
-func callText(t *testing.T, s *mcp.ClientSession, tool string, args map[string]any) (string, bool) {
+// callTool calls a tool and returns its text, its structured content
+// (decoded) and whether it is an error result.
+func callTool(t *testing.T, s *mcp.ClientSession, tool string, args map[string]any) (string, map[string]any, bool) {
 	t.Helper()
 	res, err := s.CallTool(context.Background(), &mcp.CallToolParams{Name: tool, Arguments: args})
 	require.NoError(t, err)
@@ -48,11 +50,36 @@ func callText(t *testing.T, s *mcp.ClientSession, tool string, args map[string]a
 			parts = append(parts, tc.Text)
 		}
 	}
-	return strings.Join(parts, "\n"), res.IsError
+	var out map[string]any
+	if res.StructuredContent != nil {
+		b, _ := json.Marshal(res.StructuredContent)
+		require.NoError(t, json.Unmarshal(b, &out))
+	}
+	return strings.Join(parts, "\n"), out, res.IsError
 }
 
-// The go-sdk MCP client connects over HTTP with an agent key, lists the
-// tools, spawns, drains and recalls.
+func callText(t *testing.T, s *mcp.ClientSession, tool string, args map[string]any) (string, bool) {
+	t.Helper()
+	text, _, isErr := callTool(t, s, tool, args)
+	return text, isErr
+}
+
+// schemaAt walks a JSON schema's properties.
+func schemaAt(t *testing.T, schema any, path ...string) map[string]any {
+	t.Helper()
+	b, _ := json.Marshal(schema)
+	var m map[string]any
+	require.NoError(t, json.Unmarshal(b, &m))
+	for _, p := range path {
+		m = m["properties"].(map[string]any)[p].(map[string]any)
+	}
+	return m
+}
+
+// The go-sdk MCP client connects over HTTP with an agent key and uses every
+// tool the way a model would: each answers with structured content, status
+// never hands over an undrained result, a drain repeated with its key gets
+// the same results, work jobs take object args, errors name the parameter.
 func TestMCPTools(t *testing.T) {
 	t.Parallel()
 	a2aURL, _ := startAgent(t)
@@ -73,35 +100,106 @@ func TestMCPTools(t *testing.T) {
 	byName := map[string]*mcp.Tool{}
 	for _, tl := range tools.Tools {
 		byName[tl.Name] = tl
+		require.NotNil(t, tl.OutputSchema, "%s has an output schema", tl.Name)
+		require.NotNil(t, tl.Annotations, "%s has annotations", tl.Name)
 	}
-	for _, name := range []string{"spawn_background", "task_batch", "stop_task", "background_status", "drain_notifications", "memory_recall"} {
+	for _, name := range []string{"spawn_background", "task_batch", "stop_task", "background_status",
+		"drain_notifications", "acknowledge_result", "memory_recall"} {
 		require.Contains(t, byName, name)
 	}
+	require.True(t, byName["background_status"].Annotations.ReadOnlyHint)
+	require.True(t, byName["memory_recall"].Annotations.ReadOnlyHint)
+	require.True(t, *byName["stop_task"].Annotations.DestructiveHint)
 	spawn := byName["spawn_background"]
 	require.Contains(t, spawn.Description, "do NOT poll")
 	schema, _ := json.Marshal(spawn.InputSchema)
 	require.Contains(t, string(schema), `"enum":["researcher","writer"]`)
+	require.Equal(t, "object", schemaAt(t, spawn.InputSchema, "work", "args")["type"], "work.args is an object, not bytes")
+	item := schemaAt(t, byName["task_batch"].InputSchema, "jobs")["items"].(map[string]any)["properties"].(map[string]any)
+	require.Equal(t, []any{"researcher", "writer"}, item["subagent_type"].(map[string]any)["enum"], "batch items list the roster")
+	require.NotContains(t, item, "origin_session", "batch items take no origin_session")
+	schema, _ = json.Marshal(byName["drain_notifications"].InputSchema)
+	require.Contains(t, string(schema), "idempotency_key")
 
-	out, isErr := callText(t, s, "spawn_background", map[string]any{"origin_session": "chat-mcp", "description": "Look into it",
+	// A turn: the id is a field; status shows no result until it is drained.
+	out, st, isErr := callTool(t, s, "spawn_background", map[string]any{"origin_session": "chat-mcp", "description": "Look into it",
 		"subagent_type": "researcher", "prompt": "quetzal migration"})
 	require.False(t, isErr, out)
 	require.Contains(t, out, "do NOT poll")
-	id := out[strings.Index(out, "bg-") : strings.Index(out, "bg-")+15]
+	id, _ := st["job_id"].(string)
+	require.True(t, strings.HasPrefix(id, "bg-"), "%v", st)
 	c.waitStatus(id, "completed")
+	out, st, _ = callTool(t, s, "background_status", map[string]any{"job_id": id})
+	job := st["jobs"].([]any)[0].(map[string]any)
+	require.Equal(t, "completed", job["status"])
+	require.Nil(t, job["result"], "status never hands over an undrained result")
+	require.NotContains(t, out, "Report on:", "nor in its text")
+	require.Contains(t, job["note"], "drain_notifications")
+
+	// A work job with object args, over MCP.
+	out, st, isErr = callTool(t, s, "spawn_background", map[string]any{"origin_session": "chat-mcp", "kind": "work",
+		"work": map[string]any{"type": "echo", "args": map[string]any{"text": "hello from echo"}}})
+	require.False(t, isErr, out)
+	echo := st["job_id"].(string)
+	c.waitStatus(echo, "completed")
 
 	out, isErr = callText(t, s, "spawn_background", map[string]any{"origin_session": "chat-mcp", "description": "x",
 		"subagent_type": "painter", "prompt": "p"})
 	require.True(t, isErr, "a subagent type outside the roster is refused: %s", out)
 
-	out, _ = callText(t, s, "drain_notifications", map[string]any{"session": "chat-mcp"})
+	// The drain: both results, once; a repeat with the key gets them again.
+	out, st, _ = callTool(t, s, "drain_notifications", map[string]any{"session": "chat-mcp", "idempotency_key": "d-1"})
 	require.Contains(t, out, "<task-id>"+id+"</task-id>")
-	out, _ = callText(t, s, "drain_notifications", map[string]any{"session": "chat-mcp"})
+	require.Contains(t, out, "hello from echo")
+	require.Len(t, st["notifications"], 2)
+	again, _ := callText(t, s, "drain_notifications", map[string]any{"session": "chat-mcp", "idempotency_key": "d-1"})
+	require.Equal(t, out, again, "a repeated key returns the same notifications")
+	out, _ = callText(t, s, "drain_notifications", map[string]any{"session": "chat-mcp", "idempotency_key": "d-2"})
+	require.Equal(t, "No new background results.", out)
+	_, st, _ = callTool(t, s, "background_status", map[string]any{"job_id": id})
+	job = st["jobs"].([]any)[0].(map[string]any)
+	require.Equal(t, true, job["delivered"])
+	require.Contains(t, job["result"], "quetzal", "once handed over, status shows the result")
+
+	// Ack: a result consumed another way is not drained.
+	_, st, _ = callTool(t, s, "spawn_background", map[string]any{"origin_session": "chat-ack", "kind": "work",
+		"work": map[string]any{"type": "echo", "args": map[string]any{"text": "seen elsewhere"}}})
+	acked := st["job_id"].(string)
+	c.waitStatus(acked, "completed")
+	_, st, isErr = callTool(t, s, "acknowledge_result", map[string]any{"job_id": acked})
+	require.False(t, isErr)
+	require.Equal(t, true, st["acknowledged"])
+	out, _ = callText(t, s, "drain_notifications", map[string]any{"session": "chat-ack"})
 	require.Equal(t, "No new background results.", out)
 
+	// A batch: items carry no origin_session; ids come back as fields.
+	out, st, isErr = callTool(t, s, "task_batch", map[string]any{"origin_session": "chat-batch", "jobs": []any{
+		map[string]any{"subagent_type": "researcher", "prompt": "first [sleep 30s]"},
+		map[string]any{"kind": "work", "work": map[string]any{"type": "echo", "args": map[string]any{"text": "second"}}},
+	}})
+	require.False(t, isErr, out)
+	require.True(t, strings.HasPrefix(st["batch_id"].(string), "bt-"), "%v", st)
+	members := st["job_ids"].([]any)
+	require.Len(t, members, 2)
+
+	// Stop: the slow member ends cancelled.
+	_, st, isErr = callTool(t, s, "stop_task", map[string]any{"job_id": members[0]})
+	require.False(t, isErr)
+	require.Equal(t, "cancelled", st["status"])
+
+	// A session's list, and errors that name the tool's own parameters.
+	_, st, _ = callTool(t, s, "background_status", map[string]any{"session": "chat-batch"})
+	require.Len(t, st["jobs"], 2)
+	out, isErr = callText(t, s, "background_status", map[string]any{"job_id": "nope"})
+	require.True(t, isErr)
+	require.Contains(t, out, "field job_id")
+	out, isErr = callText(t, s, "memory_recall", map[string]any{"query": `"unclosed`})
+	require.True(t, isErr)
+	require.Contains(t, out, "field query")
+
 	testenv.Eventually(t, 10*time.Second, "the report in memory", func() bool {
-		out, _ := callText(t, s, "memory_recall", map[string]any{"query": "quetzal"})
-		return strings.Contains(out, id)
+		_, st, _ := callTool(t, s, "memory_recall", map[string]any{"query": "quetzal"})
+		b, _ := json.Marshal(st["hits"])
+		return strings.Contains(string(b), id)
 	})
-	out, _ = callText(t, s, "background_status", map[string]any{"job_id": id})
-	require.Contains(t, out, `"status": "completed"`)
 }
