@@ -2,6 +2,7 @@ package bgjobs
 
 import (
 	"regexp"
+	"strings"
 	"time"
 )
 
@@ -60,4 +61,20 @@ func CheckAgentName(field, s string) error {
 		return nil
 	}
 	return FieldError(field, "agent names are 1–64 characters of [a-z0-9_-]")
+}
+
+// ParseStatuses reads "failed,cancelled".
+func ParseStatuses(s string) ([]Status, error) {
+	var out []Status
+	for part := range strings.SplitSeq(s, ",") {
+		part = strings.TrimSpace(part)
+		if part == "" {
+			continue
+		}
+		if !ValidStatus(part) {
+			return nil, FieldError("status", "unknown status %q", part)
+		}
+		out = append(out, Status(part))
+	}
+	return out, nil
 }

@@ -28,6 +28,14 @@ func decodeBody(c echo.Context, v any) error {
 	return decodeJSON(body, v)
 }
 
+// watchHangup reads and drops a body the handler does not use. net/http
+// notices a caller hanging up (and ends the request's context) only once
+// the body is read to its end; a hand-over (drain, ack) must know when its
+// caller is gone, to give back what it took.
+func watchHangup(c echo.Context) {
+	_, _ = io.Copy(io.Discard, io.LimitReader(c.Request().Body, bgjobs.MaxBodyBytes))
+}
+
 // decodeJSON is decodeBody's pure half, fuzzed on its own.
 func decodeJSON(body []byte, v any) error {
 	if len(bytes.TrimSpace(body)) == 0 {

@@ -138,10 +138,14 @@ func byID[T any](call func(ctx context.Context, agent, id string) (T, error)) ec
 }
 
 func handleAck(m *tasks.Manager) echo.HandlerFunc {
-	return byID(func(ctx context.Context, agent, id string) (map[string]bool, error) {
+	ack := byID(func(ctx context.Context, agent, id string) (map[string]bool, error) {
 		flipped, err := m.Ack(ctx, agent, id)
 		return map[string]bool{"acked": flipped}, err
 	})
+	return func(c echo.Context) error {
+		watchHangup(c)
+		return ack(c)
+	}
 }
 
 func handleDeleteJob(m *tasks.Manager) echo.HandlerFunc {

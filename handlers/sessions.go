@@ -48,6 +48,7 @@ func handleDrain(m *tasks.Manager) func(echo.Context, string) error {
 		if len(idem) > 255 {
 			return bgjobs.FieldError("Idempotency-Key", "at most 255 characters")
 		}
+		watchHangup(c)
 		ns, err := m.Drain(c.Request().Context(), agent, session, idem)
 		if err != nil {
 			return err

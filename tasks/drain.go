@@ -10,14 +10,21 @@ import (
 
 // Drain hands over every ended, unnotified job of the session, oldest
 // completion first, each exactly once. A repeat with the same idempotency
-// key within 10 minutes returns the same notifications.
+// key within 10 minutes returns the same notifications. A drain whose
+// caller gives up or fails uses nothing up: its results come back on the
+// next drain.
 func (m *Manager) Drain(ctx context.Context, agent, session, idemKey string) ([]bgjobs.Notification, error) {
 	if err := bgjobs.CheckSession("session", session); err != nil {
 		return nil, err
 	}
 	now := m.now()
-	rows, err := m.store.Drain(ctx, bgjobs.Tag(agent, session), idemKey, now, m.follow.DrainHold(ctx, now))
-	if err != nil {
+	tag, nonce := bgjobs.Tag(agent, session), handoverNonce()
+	rows, err := m.hand.Drain(ctx, tag, idemKey, nonce, now, m.follow.DrainHold(ctx, now))
+	if lost(ctx, err, len(rows) > 0) {
+		m.giveBack(tag, nonce, idemKey, false)
+		if err == nil {
+			err = bgjobs.Unavailable("drain", ctx.Err())
+		}
 		return nil, err
 	}
 	metrics.DrainSize.Observe(float64(len(rows)))

@@ -3,10 +3,9 @@ package tasks
 import (
 	"context"
 	"errors"
-	"strings"
-	"time"
 
 	"github.com/bgjobs/bgjobs"
+	"github.com/bgjobs/bgjobs/tasks/internal/maintenance"
 	"github.com/bgjobs/bgjobs/tasks/internal/registry"
 )
 
@@ -63,7 +62,11 @@ func (m *Manager) Ack(ctx context.Context, agent, id string) (bool, error) {
 	if err != nil {
 		return false, err
 	}
-	flipped, err := m.store.Ack(ctx, bgjobs.Tag(j.Agent, j.OriginSession), id, m.now())
+	tag, nonce := bgjobs.Tag(j.Agent, j.OriginSession), handoverNonce()
+	flipped, err := m.hand.Ack(ctx, tag, id, nonce, m.now())
+	if lost(ctx, err, flipped) {
+		m.giveBack(tag, nonce, "", false)
+	}
 	return flipped, m.jobError(err, j)
 }
 
@@ -117,92 +120,11 @@ func (m *Manager) jobError(err error, j *bgjobs.Job) error {
 }
 
 // PurgeRequest selects ended, notified jobs to remove.
-type PurgeRequest struct {
-	// Statuses to purge; empty means every terminal status.
-	Statuses []bgjobs.Status
-	// OlderThan keeps jobs that ended more recently.
-	OlderThan time.Duration
-	// DryRun lists without removing.
-	DryRun bool
-}
+type PurgeRequest = maintenance.PurgeRequest
 
 // Purge removes the registry rows of ended jobs whose result was already
 // handed over, and their leftover asynq tasks; never a queued, running or
 // undrained job. It returns the jobs it removed (or would remove).
 func (m *Manager) Purge(ctx context.Context, req PurgeRequest) ([]*bgjobs.Job, error) {
-	for _, s := range req.Statuses {
-		if !s.Terminal() {
-			return nil, bgjobs.FieldError("status", "only ended jobs can be purged: completed, failed or cancelled, not %q", s)
-		}
-	}
-	cutoff := m.now().Add(-req.OlderThan)
-	agents, err := m.store.AgentsWithJobs(ctx)
-	if err != nil {
-		return nil, err
-	}
-	var out []*bgjobs.Job
-	for _, agent := range agents {
-		ids, err := m.store.AgentJobsBefore(ctx, agent, cutoff)
-		if err != nil {
-			return out, err
-		}
-		jobs, err := m.store.LookupMany(ctx, ids)
-		if err != nil {
-			return out, err
-		}
-		for i, j := range jobs {
-			if j == nil {
-				m.store.Unlist(registry.JobList{Agent: agent}, ids[i])
-				continue
-			}
-			if !purgeable(j, req, cutoff, m.now()) {
-				continue
-			}
-			if !req.DryRun {
-				err := m.store.Remove(ctx, j)
-				if errors.Is(err, registry.ErrNoJob) || errors.Is(err, registry.ErrNotEnded) {
-					continue // deleted or retried since it was read: not ours to purge
-				}
-				if err != nil {
-					return out, err
-				}
-				m.eng.DeleteTask(j)
-			}
-			out = append(out, j)
-		}
-	}
-	return out, nil
-}
-
-// purgeable: ended, handed over, older than the cutoff, of a status asked
-// for, and not awaited by the repeat of a drain (whatever --older-than says).
-func purgeable(j *bgjobs.Job, req PurgeRequest, cutoff, now time.Time) bool {
-	if !j.Status.Terminal() || !j.Notified || j.CompletedAt == nil || j.CompletedAt.After(cutoff) || j.ReplayUntil.After(now) {
-		return false
-	}
-	if len(req.Statuses) == 0 {
-		return true
-	}
-	for _, s := range req.Statuses {
-		if j.Status == s {
-			return true
-		}
-	}
-	return false
-}
-
-// ParseStatuses reads "failed,cancelled".
-func ParseStatuses(s string) ([]bgjobs.Status, error) {
-	var out []bgjobs.Status
-	for part := range strings.SplitSeq(s, ",") {
-		part = strings.TrimSpace(part)
-		if part == "" {
-			continue
-		}
-		if !bgjobs.ValidStatus(part) {
-			return nil, bgjobs.FieldError("status", "unknown status %q", part)
-		}
-		out = append(out, bgjobs.Status(part))
-	}
-	return out, nil
+	return m.maint.Purge(ctx, req)
 }

@@ -29,6 +29,7 @@ import (
 	"github.com/bgjobs/bgjobs/tasks/internal/maintenance"
 	"github.com/bgjobs/bgjobs/tasks/internal/registry"
 	"github.com/bgjobs/bgjobs/tasks/internal/registry/feeds"
+	"github.com/bgjobs/bgjobs/tasks/internal/registry/handover"
 	"github.com/bgjobs/bgjobs/tasks/internal/registry/tenants"
 	"github.com/bgjobs/bgjobs/tasks/internal/registry/wake"
 )
@@ -54,6 +55,7 @@ type Manager struct {
 	cfg     bgjobs.Config
 	writer  *pipeline.Writer
 	store   *registry.Store
+	hand    *handover.Store
 	feeds   *feeds.Store
 	tenants *tenants.Store
 	eng     *engine.Engine
@@ -99,7 +101,7 @@ func NewManager(rdb redis.UniversalClient, cfg bgjobs.Config, d Deps) *Manager {
 	hub := eventhub.New(streams, d.Logger, cfg.EventStreamsPerAgent, cfg.EventStreams)
 	_ = hub.Start(context.Background())
 	return &Manager{
-		cfg: cfg, writer: w, store: store, feeds: streams, tenants: agents, eng: eng, hub: hub, follow: follow,
+		cfg: cfg, writer: w, store: store, hand: handover.New(w, store.Keys(), cfg.Retention), feeds: streams, tenants: agents, eng: eng, hub: hub, follow: follow,
 		maint: maintenance.New(maintenance.Deps{Store: store, Engine: eng, Followups: follow,
 			Interval: cfg.ReconcileInterval, Now: d.Now, Log: d.Logger}),
 		kinds: d.Kinds, agentAllow: netguard.NewAllow(cfg.AgentAllow), turns: d.Turns, now: d.Now, log: d.Logger,

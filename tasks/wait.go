@@ -7,6 +7,7 @@ import (
 	"github.com/bgjobs/bgjobs"
 	"github.com/bgjobs/bgjobs/tasks/internal/followup"
 	"github.com/bgjobs/bgjobs/tasks/internal/registry"
+	"github.com/bgjobs/bgjobs/tasks/internal/registry/handover"
 )
 
 // WaitMax is the longest a spawn may wait for its job (wait_ms).
@@ -32,10 +33,10 @@ func (m *Manager) SpawnAndWait(ctx context.Context, req SpawnRequest) (j *bgjobs
 	for {
 		select {
 		case <-ctx.Done():
-			m.endWait(tag, j.ID, false)
+			_, _ = m.endWait(tag, j.ID, false, "")
 			return j, false, false, ctx.Err()
 		case <-deadline.C:
-			m.endWait(tag, j.ID, false)
+			_, _ = m.endWait(tag, j.ID, false, "")
 			row, err := m.store.Load(context.WithoutCancel(ctx), tag, j.ID)
 			if err != nil || row == nil {
 				return j, false, false, err
@@ -48,27 +49,35 @@ func (m *Manager) SpawnAndWait(ctx context.Context, req SpawnRequest) (j *bgjobs
 		if err != nil || row == nil || !row.Status.Terminal() {
 			continue
 		}
-		if m.endWait(tag, j.ID, true) == registry.WaitTaken {
+		// The take is a hand-over: if the caller hangs up while it runs,
+		// the result goes back to the drain, announced as usual.
+		nonce := handoverNonce()
+		end, err := m.endWait(tag, j.ID, true, nonce)
+		if lost(ctx, err, end == handover.WaitTaken) {
+			m.giveBack(tag, nonce, "", true)
+			return j, false, false, bgjobs.Unavailable("wait", ctx.Err())
+		}
+		if end == handover.WaitTaken {
 			row.Notified = true
 		}
 		return row, false, true, nil
 	}
 }
 
-// endWait ends the wait, taking the result or handing its announcement
-// back to the pump.
-func (m *Manager) endWait(tag, id string, take bool) registry.WaitEnd {
+// endWait ends the wait, taking the result (with a hand-over nonce) or
+// handing its announcement back to the pump.
+func (m *Manager) endWait(tag, id string, take bool, nonce string) (handover.WaitEnd, error) {
 	ctx := context.Background()
-	end, err := m.store.ReleaseWait(ctx, tag, id, take, m.now())
+	end, err := m.hand.ReleaseWait(ctx, tag, id, take, nonce, m.now())
 	if err != nil {
 		m.log.Warn("end a wait", "job_id", id, "err", err)
-		return registry.WaitNothing
+		return handover.WaitNothing, err
 	}
-	if end == registry.WaitHandedBack {
+	if end == handover.WaitHandedBack {
 		err := m.follow.PumpEntry(ctx, tag, registry.Entry{Kind: registry.EntryAnnounce, Ref: id, At: m.now().UnixMilli()})
 		if err != nil && !followup.IsWaiting(err) {
 			m.log.Warn("announce after a wait; the sweep retries", "job_id", id, "err", err)
 		}
 	}
-	return end
+	return end, nil
 }

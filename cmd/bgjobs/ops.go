@@ -208,7 +208,7 @@ func purgeCmd(ctx context.Context, getenv func(string) string, stdout io.Writer)
 		Long:  "Never removes a queued, running or undrained job.",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			st, err := tasks.ParseStatuses(status)
+			st, err := bgjobs.ParseStatuses(status)
 			if err != nil {
 				return err
 			}

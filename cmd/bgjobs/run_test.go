@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"regexp"
 	"strings"
 	"sync"
@@ -65,6 +66,11 @@ func startServe(t *testing.T, env map[string]string) string {
 	out := &lockedBuffer{}
 	done := make(chan error, 1)
 	go func() { done <- run(ctx, []string{"serve"}, func(k string) string { return vars[k] }, out, out) }()
+	t.Cleanup(func() {
+		if t.Failed() && os.Getenv("BGJOBS_TEST_SERVE_LOG") != "" {
+			t.Log(out.String())
+		}
+	})
 	t.Cleanup(func() {
 		cancel()
 		select {

@@ -9,6 +9,7 @@ package followup
 import (
 	"context"
 	"log/slog"
+	"sync"
 	"time"
 
 	"github.com/bgjobs/bgjobs"
@@ -64,11 +65,16 @@ type Followups struct {
 	agents  *agentCache
 	alive   aliveCache
 	storm   *stormTimers
+	// persisting are writes retried until Redis answers (Persist); quit
+	// ends their retries at Stop.
+	persisting sync.WaitGroup
+	quit       chan struct{}
 }
 
 // New returns follow-ups; Start runs their timers.
 func New(cfg Config, d Deps) *Followups {
-	f := &Followups{cfg: cfg, store: d.Store, wake: d.Wake, feeds: d.Feeds, eng: d.Engine, resumer: d.Resumer, now: d.Now, log: d.Log}
+	f := &Followups{cfg: cfg, store: d.Store, wake: d.Wake, feeds: d.Feeds, eng: d.Engine, resumer: d.Resumer, now: d.Now, log: d.Log,
+		quit: make(chan struct{})}
 	f.agents = &agentCache{store: d.Tenants, ttl: 2 * time.Second, items: map[string]agentCacheItem{}}
 	f.storm = &stormTimers{f: f}
 	return f
@@ -78,5 +84,37 @@ func New(cfg Config, d Deps) *Followups {
 func (f *Followups) Start(ctx context.Context) error { return f.storm.Start(ctx) }
 
 // Stop stops the storm guard's timers and flushes their windows now, so a
-// graceful stop leaves nothing to the sweep.
-func (f *Followups) Stop() { f.storm.Stop() }
+// graceful stop leaves nothing to the sweep, and ends Persist's retries.
+func (f *Followups) Stop() {
+	close(f.quit)
+	f.persisting.Wait()
+	f.storm.Stop()
+}
+
+// Persist runs op in the background until it succeeds (Redis stalls, fails
+// over) or for at most `within`, or until Stop. what names it in the log.
+func (f *Followups) Persist(what string, within time.Duration, op func(ctx context.Context) error) {
+	f.persisting.Add(1)
+	go func() {
+		defer f.persisting.Done()
+		deadline := f.now().Add(within)
+		for delay := 100 * time.Millisecond; ; delay = min(2*delay, 5*time.Second) {
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			err := op(ctx)
+			cancel()
+			if err == nil {
+				return
+			}
+			if f.now().After(deadline) {
+				f.log.Error(what+": Redis did not answer in time", slog.Any("err", err))
+				return
+			}
+			select {
+			case <-f.quit:
+				f.log.Warn(what+": stopped before Redis answered", slog.Any("err", err))
+				return
+			case <-time.After(delay):
+			}
+		}
+	}()
+}

@@ -7,7 +7,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/bgjobs/bgjobs"
-	"github.com/bgjobs/bgjobs/tasks/internal/registry"
+	"github.com/bgjobs/bgjobs/tasks/internal/registry/handover"
 	"github.com/bgjobs/bgjobs/tasks/internal/registry/tenants"
 )
 
@@ -66,8 +66,8 @@ func (f *Followups) awaitingIndex(ctx context.Context, j *bgjobs.Job) bool {
 }
 
 // DrainHold is how a drain at now treats reports marked hold-for-index.
-func (f *Followups) DrainHold(ctx context.Context, now time.Time) registry.DrainHold {
-	return registry.DrainHold{On: f.indexerAlive(ctx), Since: now.Add(-IndexGrace)}
+func (f *Followups) DrainHold(ctx context.Context, now time.Time) handover.DrainHold {
+	return handover.DrainHold{On: f.indexerAlive(ctx), Since: now.Add(-IndexGrace)}
 }
 
 // indexerAlive reports whether some process is indexing reports, cached for

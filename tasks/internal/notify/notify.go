@@ -9,14 +9,14 @@ import (
 	"unicode/utf8"
 
 	"github.com/bgjobs/bgjobs"
-	"github.com/bgjobs/bgjobs/tasks/internal/registry"
+	"github.com/bgjobs/bgjobs/tasks/internal/registry/handover"
 )
 
 // Render renders a drained row in the <task-notification> format of
 // API.md. cut caps a turn report (0: deliver whole); work deliverables are
 // always whole, since background versus foreground is a transport choice,
 // not a content policy.
-func Render(r registry.DrainRow, cut int) bgjobs.Notification {
+func Render(r handover.DrainRow, cut int) bgjobs.Notification {
 	n := bgjobs.Notification{JobID: r.ID, Status: r.Status, Description: r.Description, BatchID: r.BatchID}
 	var b strings.Builder
 	b.WriteString("<task-notification>\n")
@@ -45,7 +45,7 @@ func Render(r registry.DrainRow, cut int) bgjobs.Notification {
 	return n
 }
 
-func summary(r registry.DrainRow) string {
+func summary(r handover.DrainRow) string {
 	what := "Background agent"
 	if bgjobs.Kind(r.Kind) == bgjobs.KindWork {
 		what = "Background job"

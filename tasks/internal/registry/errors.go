@@ -21,7 +21,9 @@ var (
 // codeErr maps the negative codes the scripts share to their errors: -1 no
 // such row, -2 not ended, -3 completed (retry without force). Other codes
 // are no error.
-func codeErr(code int64) error {
+// CodeErr maps a script's negative answer to its error: -1 ErrNoJob, -2
+// ErrNotEnded, -3 ErrCompleted; anything else is nil.
+func CodeErr(code int64) error {
 	switch code {
 	case -1:
 		return ErrNoJob

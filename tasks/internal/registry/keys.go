@@ -15,6 +15,8 @@ import (
 //	<ns>:{<agent>/<session>}:pending      zset   ended, not yet notified (score = completed_at ms)
 //	<ns>:{<agent>/<session>}:jobs         zset   every job of the session (score = created_at ms)
 //	<ns>:{<agent>/<session>}:drain:<h>    string ids a drain with Idempotency-Key h returned (10 min)
+//	<ns>:{<agent>/<session>}:took:<n>     string ids a drain, ack or wait with hand-over nonce n took (10 min)
+//	<ns>:{<agent>/<session>}:void:<n>     string nonce n's caller gave up: its calls flip nothing (10 min)
 //	<ns>:{<agent>/<session>}:outbox       zset   follow-ups a settle recorded, pumped to asynq (score = ms)
 //	<ns>:{<agent>/<session>}:busy         string the busy lease: its expiry in ms (key TTL a little longer)
 //	<ns>:{<agent>/<session>}:held         zset   resume triggers held while busy (score = ms)
@@ -42,11 +44,13 @@ import (
 type Keys struct{ NS string }
 
 func (k Keys) session(tag string) string          { return k.NS + ":{" + tag + "}" }
-func (k Keys) Job(tag, id string) string          { return k.jobPrefix(tag) + id }
-func (k Keys) jobPrefix(tag string) string        { return k.session(tag) + ":job:" }
+func (k Keys) Job(tag, id string) string          { return k.JobPrefix(tag) + id }
+func (k Keys) JobPrefix(tag string) string        { return k.session(tag) + ":job:" }
 func (k Keys) Pending(tag string) string          { return k.session(tag) + ":pending" }
 func (k Keys) SessionJobs(tag string) string      { return k.session(tag) + ":jobs" }
-func (k Keys) drainIdem(tag, key string) string   { return k.session(tag) + ":drain:" + Digest(key) }
+func (k Keys) DrainIdem(tag, key string) string   { return k.session(tag) + ":drain:" + Digest(key) }
+func (k Keys) Took(tag, nonce string) string      { return k.session(tag) + ":took:" + nonce }
+func (k Keys) Void(tag, nonce string) string      { return k.session(tag) + ":void:" + nonce }
 func (k Keys) JobIndex() string                   { return k.NS + ":jobidx" }
 func (k Keys) jobIndexCursor() string             { return k.JobIndex() + ":cursor" }
 func (k Keys) sessionPrefix(tag string) string    { return k.session(tag) + ":" }

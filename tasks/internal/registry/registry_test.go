@@ -10,6 +10,7 @@ import (
 
 	"github.com/bgjobs/bgjobs"
 	"github.com/bgjobs/bgjobs/tasks/internal/registry"
+	"github.com/bgjobs/bgjobs/tasks/internal/registry/handover"
 	"github.com/bgjobs/bgjobs/tasks/internal/registry/registrytest"
 )
 
@@ -158,10 +159,10 @@ func TestAckRetryAndDeleteScripts(t *testing.T) {
 				require.NoError(t, err)
 			}
 			if tc.acked {
-				_, err := b.S.Ack(b.Ctx, tag, j.ID, now)
+				_, err := b.H.Ack(b.Ctx, tag, j.ID, "", now)
 				require.NoError(t, err)
 			}
-			flipped, err := b.S.Ack(b.Ctx, tag, j.ID, now)
+			flipped, err := b.H.Ack(b.Ctx, tag, j.ID, "", now)
 			require.ErrorIs(t, err, tc.wantAckEr)
 			require.Equal(t, tc.wantAck, flipped)
 			err = b.S.Retry(b.Ctx, j, tc.force, now)
@@ -213,20 +214,81 @@ func TestDrainScript(t *testing.T) {
 				_, err := b.S.MarkIndexed(b.Ctx, []registry.JobRef{{Tag: tag, ID: j.ID}})
 				require.NoError(t, err)
 			}
-			hold := registry.DrainHold{On: tc.holdOn, Since: now.Add(-time.Minute)}
+			hold := handover.DrainHold{On: tc.holdOn, Since: now.Add(-time.Minute)}
 			if tc.graceGone {
 				hold.Since = now.Add(time.Second)
 			}
-			first, err := b.S.Drain(b.Ctx, tag, tc.idem, now, hold)
+			first, err := b.H.Drain(b.Ctx, tag, tc.idem, "", now, hold)
 			require.NoError(t, err)
 			require.Len(t, first, tc.wantFirst)
-			again, err := b.S.Drain(b.Ctx, tag, tc.idem, now, hold)
+			again, err := b.H.Drain(b.Ctx, tag, tc.idem, "", now, hold)
 			require.NoError(t, err)
 			require.Len(t, again, tc.wantAgain)
 			if tc.wantFirst == 1 {
 				require.Equal(t, j.ID, first[0].ID)
 				require.Equal(t, "report", *first[0].Result)
 			}
+		})
+	}
+}
+
+// A hand-over (drain, ack, wait take) given back returns its rows to the
+// next drain; a call of the same nonce landing after the undo (a stalled
+// pipeline, a client's resend) takes nothing; a resend landing before it
+// answers the same; a drain's idempotency record goes with it.
+func TestHandoverUndoScript(t *testing.T) {
+	t.Parallel()
+	hold := handover.DrainHold{}
+	for _, tc := range []struct {
+		desc     string
+		take     func(b *testBundle, tag, id, nonce string) int
+		announce bool
+	}{
+		{desc: "drain", take: func(b *testBundle, tag, _, nonce string) int {
+			rows, err := b.H.Drain(b.Ctx, tag, "k1", nonce, now, hold)
+			require.NoError(t, err)
+			return len(rows)
+		}},
+		{desc: "ack", take: func(b *testBundle, tag, id, nonce string) int {
+			ok, err := b.H.Ack(b.Ctx, tag, id, nonce, now)
+			if err != nil {
+				return 0
+			}
+			return map[bool]int{true: 1}[ok]
+		}},
+		{desc: "wait take", announce: true, take: func(b *testBundle, tag, id, nonce string) int {
+			end, err := b.H.ReleaseWait(b.Ctx, tag, id, true, nonce, now)
+			require.NoError(t, err)
+			return map[bool]int{true: 1}[end == handover.WaitTaken]
+		}},
+	} {
+		t.Run(tc.desc, func(t *testing.T) {
+			t.Parallel()
+			b := setup(t)
+			tag := bgjobs.Tag("alpha", "s")
+			j := b.PlainJob(t, tc.announce)
+			_, err := b.Settle(t, j, registry.Settlement{Announce: tc.announce})
+			require.NoError(t, err)
+
+			require.Equal(t, 1, tc.take(b, tag, j.ID, "n1"))
+			require.Equal(t, 1, tc.take(b, tag, j.ID, "n1"), "a resend of the same call answers the same")
+			n, err := b.H.Undo(b.Ctx, tag, "n1", "k1", tc.announce, now)
+			require.NoError(t, err)
+			require.Equal(t, 1, n)
+			require.Equal(t, 0, tc.take(b, tag, j.ID, "n1"), "a call of a given-back nonce takes nothing")
+			row, err := b.S.Load(b.Ctx, tag, j.ID)
+			require.NoError(t, err)
+			require.False(t, row.Notified)
+			ttl, err := b.RDB.TTL(b.Ctx, b.S.Keys().Job(tag, j.ID)).Result()
+			require.NoError(t, err)
+			require.Less(t, ttl, time.Duration(0), "an unread row never ages out")
+
+			rows, err := b.H.Drain(b.Ctx, tag, "k1", "n2", now, hold)
+			require.NoError(t, err)
+			require.Len(t, rows, 1, "the next drain (even with the old key) gets it")
+			n, err = b.H.Undo(b.Ctx, tag, "n1", "k1", false, now)
+			require.NoError(t, err)
+			require.Equal(t, 0, n, "an old nonce's undo leaves another's hand-over alone")
 		})
 	}
 }
@@ -266,12 +328,12 @@ func TestJoinLeaseAndWaitScripts(t *testing.T) {
 	for _, tc := range []struct {
 		desc string
 		take bool
-		want registry.WaitEnd
-	}{{"take", true, registry.WaitTaken}, {"let go", false, registry.WaitHandedBack}} {
+		want handover.WaitEnd
+	}{{"take", true, handover.WaitTaken}, {"let go", false, handover.WaitHandedBack}} {
 		w := b.PlainJob(t, true)
 		_, err := b.Settle(t, w, registry.Settlement{Announce: true})
 		require.NoError(t, err)
-		got, err := b.S.ReleaseWait(b.Ctx, tag, w.ID, tc.take, now)
+		got, err := b.H.ReleaseWait(b.Ctx, tag, w.ID, tc.take, "", now)
 		require.NoError(t, err)
 		require.Equal(t, tc.want, got, tc.desc)
 	}

@@ -108,14 +108,24 @@ func flatHash(flat []any) map[string]string {
 	return h
 }
 
+// DrainFields are the row fields a drain returns per job, in order
+// (handover.DrainRow reads them by position).
+var DrainFields = []string{fID, fStatus, fDescription, fKind, fHasResult, fResult, fHasErr, fError, fBatch, fSubagent, fReportIndexed}
+
 func msTime(s string) time.Time {
 	n, _ := strconv.ParseInt(s, 10, 64)
 	return time.UnixMilli(n).UTC()
 }
 
-func ms(t time.Time) string { return strconv.FormatInt(t.UnixMilli(), 10) }
+func ms(t time.Time) string { return Millis(t) }
 
-func boolStr(b bool) string {
+// Millis is t as the unix milliseconds scripts take.
+func Millis(t time.Time) string { return strconv.FormatInt(t.UnixMilli(), 10) }
+
+func boolStr(b bool) string { return Flag(b) }
+
+// Flag is b as the "1" or "0" scripts take.
+func Flag(b bool) string {
 	if b {
 		return "1"
 	}

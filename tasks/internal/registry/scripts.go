@@ -7,8 +7,8 @@ import "github.com/redis/go-redis/v9"
 // never move a terminal job or count it twice. Times are unix milliseconds
 // passed in by the caller, so tests can inject a clock.
 
-// luaTerminal is prepended to scripts that need to recognise terminal states.
-const luaTerminal = `
+// LuaTerminal is prepended to scripts that need to recognise terminal states.
+const LuaTerminal = `
 local function terminal(st)
   return st == 'completed' or st == 'failed' or st == 'cancelled'
 end
@@ -23,7 +23,7 @@ end
 // already running (a re-run after a lost lease), still running; 0 =
 // terminal, do not run; -1 = no such row. row is the job hash (HGETALL) when
 // the job runs, empty otherwise.
-var startCmd = redis.NewScript(luaTerminal + `
+var startCmd = redis.NewScript(LuaTerminal + `
 local st = redis.call('HGET', KEYS[1], 'status')
 if not st then return {-1, 0, {}} end
 if terminal(st) then return {0, 0, {}} end
@@ -87,7 +87,7 @@ return 1
 // Returns {1, entries...} if this call settled the job (the outbox members
 // it recorded), {0} if it was already terminal (a no-op), {-1} if there is
 // no such row.
-var settleCmd = redis.NewScript(luaTerminal + `
+var settleCmd = redis.NewScript(LuaTerminal + `
 local st = redis.call('HGET', KEYS[1], 'status')
 if not st then return {-1} end
 if terminal(st) then return {0} end
@@ -149,99 +149,6 @@ redis.call('ZADD', KEYS[3], ARGV[2], 'j|' .. ARGV[1])
 return 1
 `)
 
-// drainFields is the order of the row fields drainCmd returns per job.
-var drainFields = []string{fID, fStatus, fDescription, fKind, fHasResult, fResult, fHasErr, fError, fBatch, fSubagent, fReportIndexed}
-
-// drainCmd hands over every ended, unnotified job of a session, oldest
-// completion first, and marks each notified in the same step: the
-// exactly-once flip. With an idempotency key, the ids handed over are kept
-// for ARGV[3] seconds and a repeat returns the same rows without flipping
-// anything new (each row handed over is marked replay_until, so purge
-// leaves it for the repeat). With ARGV[6] = "1", a report the settle marked hold_index
-// (it will be cut, with a pointer to memory_recall) stays pending until it
-// is searchable, but never longer than the grace: after that it goes out
-// whole rather than wait on an index that is not running. A job a caller
-// still waits for (wait_ms) stays pending too.
-//
-// KEYS[1] -> session pending zset
-// KEYS[2] -> drain idempotency key (unused when ARGV[2] is "0")
-// ARGV[1] -> job key prefix of the session
-// ARGV[2] -> "1" to use KEYS[2]
-// ARGV[3] -> idempotency TTL (s)
-// ARGV[4] -> retention (s) of a notified row
-// ARGV[5] -> now (ms)
-// ARGV[6] -> "1" to hold hold_index reports until they are indexed
-// ARGV[7] -> grace cutoff (ms): reports completed before it are not held
-// ARGV[8..] -> row fields to return (drainFields)
-//
-// Returns one array per job: the requested fields, in order.
-var drainCmd = redis.NewScript(luaTerminal + `
-local ids
-local repeated = false
-if ARGV[2] == '1' then
-  local prev = redis.call('GET', KEYS[2])
-  if prev then
-    ids = cjson.decode(prev)
-    repeated = true
-  end
-end
-if not repeated then
-  local taken = {}
-  for _, id in ipairs(redis.call('ZRANGE', KEYS[1], 0, -1)) do
-    local k = ARGV[1] .. id
-    local held = false
-    local f = redis.call('HMGET', k, 'hold_index', 'report_indexed', 'completed_at', 'wait_until', 'status')
-    if ARGV[6] == '1' then
-      held = f[1] == '1' and f[2] ~= '1' and tonumber(f[3] or '0') > tonumber(ARGV[7])
-    end
-    if f[4] and tonumber(f[4]) > tonumber(ARGV[5]) then held = true end
-    if not held then redis.call('ZREM', KEYS[1], id) end
-    local st = f[5]
-    if not held and st and terminal(st) and redis.call('HGET', k, 'notified') ~= '1' then
-      redis.call('HSET', k, 'notified', '1', 'notified_at', ARGV[5])
-      if ARGV[2] == '1' then
-        -- a repeat of this drain reads the row again: purge keeps it until then
-        redis.call('HSET', k, 'replay_until', tonumber(ARGV[5]) + 1000 * tonumber(ARGV[3]))
-      end
-      redis.call('EXPIRE', k, ARGV[4])
-      taken[#taken + 1] = id
-    end
-  end
-  ids = taken
-  if ARGV[2] == '1' then
-    local enc = '[]'
-    if #ids > 0 then enc = cjson.encode(ids) end
-    redis.call('SET', KEYS[2], enc, 'EX', ARGV[3])
-  end
-end
-local out = {}
-for _, id in ipairs(ids) do
-  local row = redis.call('HMGET', ARGV[1] .. id, unpack(ARGV, 8))
-  if row[1] then out[#out + 1] = row end
-end
-return out
-`)
-
-// ackCmd is the drain's flip for a single job consumed another way.
-//
-// KEYS[1] -> job hash
-// KEYS[2] -> session pending zset
-// ARGV[1] -> now (ms)
-// ARGV[2] -> retention (s) of a notified row
-//
-// Returns 1 if this call flipped it, 0 if it was already notified, -1 if
-// there is no such row, -2 if the job has not ended.
-var ackCmd = redis.NewScript(luaTerminal + `
-local st = redis.call('HGET', KEYS[1], 'status')
-if not st then return -1 end
-if not terminal(st) then return -2 end
-if redis.call('HGET', KEYS[1], 'notified') == '1' then return 0 end
-redis.call('HSET', KEYS[1], 'notified', '1', 'notified_at', ARGV[1])
-redis.call('ZREM', KEYS[2], redis.call('HGET', KEYS[1], 'id'))
-redis.call('EXPIRE', KEYS[1], ARGV[2])
-return 1
-`)
-
 // deleteCmd removes an ended job from its session.
 //
 // KEYS[1] -> job hash
@@ -250,7 +157,7 @@ return 1
 // ARGV[1] -> job id
 //
 // Returns 1 if deleted, -1 if there is no such row, -2 if it has not ended.
-var deleteCmd = redis.NewScript(luaTerminal + `
+var deleteCmd = redis.NewScript(LuaTerminal + `
 local st = redis.call('HGET', KEYS[1], 'status')
 if not st then return -1 end
 if not terminal(st) then return -2 end
@@ -290,7 +197,7 @@ return 0
 //
 // Returns 1 if re-armed, -1 if there is no such row, -2 if it has not
 // ended, -3 if it completed and ARGV[1] is not "1".
-var retryCmd = redis.NewScript(luaTerminal + `
+var retryCmd = redis.NewScript(LuaTerminal + `
 local st = redis.call('HGET', KEYS[1], 'status')
 if not st then return -1 end
 if not terminal(st) then return -2 end
@@ -309,41 +216,6 @@ if bid and bid ~= '' then
   redis.call('HINCRBY', bkey, st, -1)
 end
 return 1
-`)
-
-// releaseWaitCmd ends a caller's wait on a job (wait_ms). If the caller took
-// the result, the job is marked notified and its held announcement dropped;
-// if it let go (budget spent, connection gone), the held announcement
-// becomes an ordinary one for the pump, and the job drains as usual.
-//
-// KEYS[1] -> job hash
-// KEYS[2] -> session pending zset
-// KEYS[3] -> session outbox zset
-// ARGV[1] -> "take" or "release"
-// ARGV[2] -> now (ms)
-// ARGV[3] -> retention (s) of a notified row
-//
-// Returns 1 if the caller took the result, 2 if an announcement was handed
-// back to the pump, 0 otherwise.
-var releaseWaitCmd = redis.NewScript(luaTerminal + `
-local id = redis.call('HGET', KEYS[1], 'id')
-if not id then return 0 end
-redis.call('HDEL', KEYS[1], 'wait_until')
-local held = redis.call('ZSCORE', KEYS[3], 'w|' .. id)
-if ARGV[1] == 'take' and terminal(redis.call('HGET', KEYS[1], 'status'))
-   and redis.call('HGET', KEYS[1], 'notified') ~= '1' then
-  redis.call('HSET', KEYS[1], 'notified', '1', 'notified_at', ARGV[2])
-  redis.call('ZREM', KEYS[2], id)
-  redis.call('EXPIRE', KEYS[1], ARGV[3])
-  redis.call('ZREM', KEYS[3], 'w|' .. id)
-  return 1
-end
-if held then
-  redis.call('ZREM', KEYS[3], 'w|' .. id)
-  redis.call('ZADD', KEYS[3], held, 'r|' .. id)
-  return 2
-end
-return 0
 `)
 
 // hsetIfExistsCmd sets fields of a row only while the row exists: a late

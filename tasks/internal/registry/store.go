@@ -186,7 +186,7 @@ func (s *Store) Start(ctx context.Context, tag, id string, now time.Time) (Start
 		return Started{}, fmt.Errorf("start: unexpected reply %v", res)
 	}
 	code, _ := res[0].(int64)
-	if err := codeErr(code); err != nil {
+	if err := CodeErr(code); err != nil {
 		return Started{}, err
 	}
 	if code == 0 {
@@ -239,7 +239,7 @@ func (s *Store) Settle(ctx context.Context, st Settlement) ([]Entry, error) {
 		return nil, fmt.Errorf("settle: empty reply")
 	}
 	code, _ := reply[0].(int64)
-	if err := codeErr(code); err != nil {
+	if err := CodeErr(code); err != nil {
 		return nil, err
 	}
 	if code == 0 {
@@ -257,19 +257,6 @@ func (s *Store) Settle(ctx context.Context, st Settlement) ([]Entry, error) {
 	return entries, nil
 }
 
-// Ack is the drain's flip for one job consumed another way (ackCmd). It
-// reports whether this call flipped it. ErrNoJob, ErrNotEnded.
-func (s *Store) Ack(ctx context.Context, tag, id string, now time.Time) (bool, error) {
-	n, err := s.w.Script(ctx, ackCmd, []string{s.k.Job(tag, id), s.k.Pending(tag)}, ms(now), int64(s.retention.Seconds())).Int64()
-	if err != nil {
-		return false, unavailable("ack", err)
-	}
-	if err := codeErr(n); err != nil {
-		return false, err
-	}
-	return n == 1, nil
-}
-
 // Remove deletes an ended job (deleteCmd), then its index entries as a
 // follow-up: should those be lost, the index sweep drops them.
 // ErrNoJob, ErrNotEnded.
@@ -279,7 +266,7 @@ func (s *Store) Remove(ctx context.Context, j *bgjobs.Job) error {
 	if err != nil {
 		return unavailable("delete job", err)
 	}
-	if err := codeErr(n); err != nil {
+	if err := CodeErr(n); err != nil {
 		return err
 	}
 	s.later(func(ctx context.Context, p redis.Pipeliner) {
@@ -298,39 +285,12 @@ func (s *Store) Retry(ctx context.Context, j *bgjobs.Job, force bool, now time.T
 	if err != nil {
 		return unavailable("retry", err)
 	}
-	if err := codeErr(n); err != nil {
+	if err := CodeErr(n); err != nil {
 		return err
 	}
 	return unavailable("retry", s.do(ctx, func(ctx context.Context, p redis.Pipeliner) {
 		p.ZAdd(ctx, s.k.active(), redis.Z{Score: float64(now.UnixMilli()), Member: j.ID})
 	}))
-}
-
-// WaitEnd is how a caller's wait on a job (wait_ms) ended.
-type WaitEnd int
-
-const (
-	// WaitNothing: nothing to hand over or back.
-	WaitNothing WaitEnd = iota
-	// WaitTaken: the caller took the result; the job is delivered.
-	WaitTaken
-	// WaitHandedBack: the held announcement became an r| entry for the pump.
-	WaitHandedBack
-)
-
-// ReleaseWait ends a caller's wait (releaseWaitCmd): take the result if
-// take and the job ended, otherwise hand its announcement back.
-func (s *Store) ReleaseWait(ctx context.Context, tag, id string, take bool, now time.Time) (WaitEnd, error) {
-	mode := "release"
-	if take {
-		mode = "take"
-	}
-	n, err := s.w.Script(ctx, releaseWaitCmd, []string{s.k.Job(tag, id), s.k.Pending(tag), s.k.Outbox(tag)},
-		mode, ms(now), int64(s.retention.Seconds())).Int()
-	if err != nil {
-		return WaitNothing, unavailable("end a wait", err)
-	}
-	return WaitEnd(n), nil
 }
 
 // SetProgress records a streaming agent's latest update on the row, as a

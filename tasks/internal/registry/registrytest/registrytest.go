@@ -17,6 +17,7 @@ import (
 	"github.com/bgjobs/bgjobs/internal/pipeline"
 	"github.com/bgjobs/bgjobs/internal/testenv"
 	"github.com/bgjobs/bgjobs/tasks/internal/registry"
+	"github.com/bgjobs/bgjobs/tasks/internal/registry/handover"
 )
 
 // Now is the tests' clock: scripts take their time as an argument.
@@ -25,6 +26,7 @@ var Now = time.UnixMilli(1_800_000_000_000)
 // Bundle is one test's registry.
 type Bundle struct {
 	S   *registry.Store
+	H   *handover.Store
 	W   *pipeline.Writer
 	RDB redis.UniversalClient
 	Ctx context.Context
@@ -38,7 +40,8 @@ func New(t *testing.T) *Bundle {
 	w := pipeline.New(env.RDB, slog.New(slog.DiscardHandler))
 	require.NoError(t, w.Start(context.Background()))
 	t.Cleanup(w.Stop)
-	return &Bundle{S: registry.New(env.RDB, w, env.Namespace, time.Hour), W: w, RDB: env.RDB, Ctx: context.Background()}
+	s := registry.New(env.RDB, w, env.Namespace, time.Hour)
+	return &Bundle{S: s, H: handover.New(w, s.Keys(), time.Hour), W: w, RDB: env.RDB, Ctx: context.Background()}
 }
 
 // Job writes a queued turn row of a one-member batch in session "s" of

@@ -1,0 +1,85 @@
+package maintenance
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/bgjobs/bgjobs"
+	"github.com/bgjobs/bgjobs/tasks/internal/registry"
+)
+
+// PurgeRequest selects ended, notified jobs to remove.
+type PurgeRequest struct {
+	// Statuses to purge; empty means every terminal status.
+	Statuses []bgjobs.Status
+	// OlderThan keeps jobs that ended more recently.
+	OlderThan time.Duration
+	// DryRun lists without removing.
+	DryRun bool
+}
+
+// Purge removes the registry rows of ended jobs whose result was already
+// handed over, and their leftover asynq tasks; never a queued, running or
+// undrained job. It returns the jobs it removed (or would remove).
+func (m *Maintainer) Purge(ctx context.Context, req PurgeRequest) ([]*bgjobs.Job, error) {
+	for _, s := range req.Statuses {
+		if !s.Terminal() {
+			return nil, bgjobs.FieldError("status", "only ended jobs can be purged: completed, failed or cancelled, not %q", s)
+		}
+	}
+	cutoff := m.Now().Add(-req.OlderThan)
+	agents, err := m.Store.AgentsWithJobs(ctx)
+	if err != nil {
+		return nil, err
+	}
+	var out []*bgjobs.Job
+	for _, agent := range agents {
+		ids, err := m.Store.AgentJobsBefore(ctx, agent, cutoff)
+		if err != nil {
+			return out, err
+		}
+		jobs, err := m.Store.LookupMany(ctx, ids)
+		if err != nil {
+			return out, err
+		}
+		for i, j := range jobs {
+			if j == nil {
+				m.Store.Unlist(registry.JobList{Agent: agent}, ids[i])
+				continue
+			}
+			if !purgeable(j, req, cutoff, m.Now()) {
+				continue
+			}
+			if !req.DryRun {
+				err := m.Store.Remove(ctx, j)
+				if errors.Is(err, registry.ErrNoJob) || errors.Is(err, registry.ErrNotEnded) {
+					continue // deleted or retried since it was read: not ours to purge
+				}
+				if err != nil {
+					return out, err
+				}
+				m.Engine.DeleteTask(j)
+			}
+			out = append(out, j)
+		}
+	}
+	return out, nil
+}
+
+// purgeable: ended, handed over, older than the cutoff, of a status asked
+// for, and not awaited by the repeat of a drain (whatever --older-than says).
+func purgeable(j *bgjobs.Job, req PurgeRequest, cutoff, now time.Time) bool {
+	if !j.Status.Terminal() || !j.Notified || j.CompletedAt == nil || j.CompletedAt.After(cutoff) || j.ReplayUntil.After(now) {
+		return false
+	}
+	if len(req.Statuses) == 0 {
+		return true
+	}
+	for _, s := range req.Statuses {
+		if j.Status == s {
+			return true
+		}
+	}
+	return false
+}
