@@ -38,6 +38,8 @@ const (
 	EventStreamsPerAgentDefault = 16
 	EventStreamsDefault         = 1024
 	MaxFastFetchLoopsDefault    = 3
+	// MaxDepthDefault bounds how deep a worker's own spawns may nest.
+	MaxDepthDefault = 3
 )
 
 // Config is everything a bgjobs process reads at start. Load reads it from
@@ -69,6 +71,11 @@ type Config struct {
 	// SummaryChars caps a turn report inside a notification. Defaults to
 	// SummaryCharsDefault.
 	SummaryChars int
+	// MaxDepth bounds nesting (BGJOBS_MAX_DEPTH): a job spawned from a
+	// worker's own turn (origin "background:<job id>") is one deeper than
+	// that job; past MaxDepth a spawn is refused. Defaults to
+	// MaxDepthDefault.
+	MaxDepth int
 	// RunTimeout is the longest any job, turn or work, may run
 	// (BGJOBS_TURN_TIMEOUT). Defaults to RunTimeoutDefault.
 	RunTimeout time.Duration
@@ -167,6 +174,7 @@ func (c Config) WithDefaults() Config {
 	c.BatchJoinTimeout = cmp.Or(c.BatchJoinTimeout, BatchJoinTimeoutDefault)
 	c.SummaryChars = cmp.Or(c.SummaryChars, SummaryCharsDefault)
 	c.RunTimeout = cmp.Or(c.RunTimeout, RunTimeoutDefault)
+	c.MaxDepth = cmp.Or(c.MaxDepth, MaxDepthDefault)
 	c.ResumeCoalesce = cmp.Or(c.ResumeCoalesce, ResumeCoalesceDefault)
 	c.Retention = cmp.Or(c.Retention, RetentionDefault)
 	c.ReconcileInterval = cmp.Or(c.ReconcileInterval, ReconcileIntervalDefault)
@@ -268,6 +276,7 @@ func Load(getenv func(string) string) (Config, error) {
 		{"BGJOBS_EVENT_STREAMS", &c.EventStreams},
 		{"BGJOBS_RESUME_RETRIES", &c.ResumeRetries},
 		{"BGJOBS_RESUME_AGAIN_MAX", &c.ResumeAgainMax},
+		{"BGJOBS_MAX_DEPTH", &c.MaxDepth},
 	}
 	for _, v := range ints {
 		if s := getenv(v.name); s != "" {

@@ -73,6 +73,10 @@ type Job struct {
 	Incognito       bool    `json:"incognito"`
 	Attempts        int     `json:"attempts"`
 	ReportIndexed   bool    `json:"report_indexed"`
+	// Depth is 0 for a job an agent's session spawned, and one more than
+	// its parent's for a job a worker's own turn spawned
+	// (origin "background:<parent id>").
+	Depth int `json:"depth,omitempty"`
 	// Generation counts operator retries; 0 for a job never retried.
 	Generation int `json:"generation,omitempty"`
 	// Progress is the latest update a streaming agent sent, cut to 500

@@ -84,7 +84,7 @@ func TestBadInput(t *testing.T) {
 		{desc: "incognito wrong type", method: "POST", path: "/v1/jobs", body: `{"origin_session":"s","incognito":"yes",` + echo + `}`, wantStatus: 400, wantCode: "invalid_argument", wantField: "incognito"},
 		{desc: "unknown kind", method: "POST", path: "/v1/jobs", body: `{"origin_session":"s","kind":"magic","prompt":"p"}`, wantStatus: 400, wantCode: "invalid_argument", wantField: "kind"},
 		{desc: "turn without prompt", method: "POST", path: "/v1/jobs", body: `{"origin_session":"s","kind":"turn"}`, wantStatus: 400, wantCode: "invalid_argument", wantField: "prompt"},
-		{desc: "turn for an agent with no a2a_url", method: "POST", path: "/v1/jobs", body: `{"origin_session":"s","prompt":"p"}`, wantStatus: 400, wantCode: "invalid_argument", wantField: "kind"},
+		{desc: "turn for an agent with no a2a_url", method: "POST", path: "/v1/jobs", body: `{"origin_session":"s","prompt":"p"}`, wantStatus: 400, wantCode: "invalid_argument", wantField: "agent"},
 		{desc: "oversize prompt", method: "POST", path: "/v1/jobs", body: `{"origin_session":"s","prompt":"` + strings.Repeat("p", bgjobs.MaxPromptBytes+1) + `"}`, wantStatus: 413, wantCode: "too_large", wantField: "prompt"},
 		{desc: "oversize body", method: "POST", path: "/v1/jobs", body: `{"origin_session":"s","prompt":"` + strings.Repeat("p", bgjobs.MaxBodyBytes) + `"}`, wantStatus: 413, wantCode: "too_large"},
 		{desc: "description too long", method: "POST", path: "/v1/jobs", body: `{"origin_session":"s","kind":"work","description":"` + strings.Repeat("d", 501) + `","work":{"type":"echo"}}`, wantStatus: 400, wantCode: "invalid_argument", wantField: "description"},
@@ -149,6 +149,14 @@ func TestSpawnIdempotencyKeyOverHTTP(t *testing.T) {
 	code, again := b.do(t, "POST", "/v1/jobs", body, map[string]string{"Idempotency-Key": "abc"})
 	require.Equal(t, http.StatusOK, code)
 	require.Equal(t, first["id"], again["id"])
+	// The same request spelled differently is the same request.
+	code, _ = b.do(t, "POST", "/v1/jobs", `{"kind":"work","work":{"type":"echo"},"origin_session":"s"}`, map[string]string{"Idempotency-Key": "abc"})
+	require.Equal(t, http.StatusOK, code)
+	// A different request under the same key is refused, naming the job.
+	code, other := b.do(t, "POST", "/v1/jobs", `{"origin_session":"s","kind":"work","work":{"type":"echo","args":{"text":"other"}}}`,
+		map[string]string{"Idempotency-Key": "abc"})
+	require.Equal(t, http.StatusConflict, code, "%v", other)
+	require.Contains(t, other["error"].(map[string]any)["message"], first["id"])
 }
 
 func TestSessionIDsWithSlashes(t *testing.T) {

@@ -690,3 +690,46 @@ func TestSpawnOnAClusterClient(t *testing.T) {
 	require.Len(t, ns, 1)
 	require.Contains(t, ns[0].Text, "<result>over a cluster</result>")
 }
+
+// A worker's own spawns (origin "background:<job id>") must name a job of
+// the same agent, nest at most MaxDepth deep, and go with retention once
+// they end (no one drains a worker's own session).
+func TestDepthFence(t *testing.T) {
+	t.Parallel()
+	b := setupOn(t, testenv.NewMini(t), func(c *bgjobs.Config, _ *Deps) { c.MaxDepth = 2 })
+	ctx := context.Background()
+	root := b.spawn(t, echoSpawn("chat-1", "root", 0, false))
+	require.Equal(t, 0, root.Depth)
+
+	for _, tc := range []struct {
+		desc, origin, agent string
+	}{
+		{"no such job", bgjobs.BackgroundPrefix + "bg-000000000000", "alpha"},
+		{"another agent's job", bgjobs.BackgroundPrefix + root.ID, "beta"},
+	} {
+		req := echoSpawn(tc.origin, "x", 0, false)
+		req.Agent = tc.agent
+		_, _, err := b.m.Spawn(ctx, req)
+		var e *bgjobs.Error
+		require.ErrorAs(t, err, &e, tc.desc)
+		require.Equal(t, bgjobs.EInvalid, e.Code, tc.desc)
+		require.Equal(t, "origin_session", e.Field, tc.desc)
+	}
+
+	child := b.spawn(t, echoSpawn(bgjobs.BackgroundPrefix+root.ID, "child", 0, false))
+	require.Equal(t, 1, child.Depth)
+	grandchild := b.spawn(t, echoSpawn(bgjobs.BackgroundPrefix+child.ID, "grandchild", 0, false))
+	require.Equal(t, 2, grandchild.Depth)
+	_, _, err := b.m.Spawn(ctx, echoSpawn(bgjobs.BackgroundPrefix+grandchild.ID, "too deep", 0, false))
+	require.Equal(t, bgjobs.EInvalid, bgjobs.ErrorCode(err))
+	require.Contains(t, err.Error(), "at most 2 deep")
+	got, err := b.m.Get(ctx, "alpha", grandchild.ID)
+	require.NoError(t, err)
+	require.Equal(t, 2, got.Depth, "depth is kept on the row")
+
+	r := "done"
+	_, err = b.m.follow.Settle(ctx, child, bgjobs.Outcome{Status: bgjobs.StatusCompleted, Result: &r})
+	require.NoError(t, err)
+	ttl := b.env.Mini.TTL(b.m.store.Keys().Job(bgjobs.Tag("alpha", child.OriginSession), child.ID))
+	require.Equal(t, b.cfg.Retention, ttl, "an ended worker's spawn goes with retention, unread")
+}

@@ -1,7 +1,9 @@
 package tasks
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -14,6 +16,7 @@ import (
 	"github.com/bgjobs/bgjobs"
 	"github.com/bgjobs/bgjobs/internal/pipeline"
 	"github.com/bgjobs/bgjobs/metrics"
+	"github.com/bgjobs/bgjobs/tasks/internal/registry"
 )
 
 // SpawnRequest asks for one job.
@@ -51,7 +54,7 @@ func (m *Manager) Spawn(ctx context.Context, req SpawnRequest) (job *bgjobs.Job,
 		j.WaitUntil = j.CreatedAt.Add(req.Wait)
 	}
 	if req.IdempotencyKey != "" {
-		prior, err := m.store.ClaimSpawnKey(ctx, req.Agent, req.IdempotencyKey, j.ID, spawnIdemTTL)
+		prior, err := m.store.ClaimSpawnKey(ctx, req.Agent, req.IdempotencyKey, j.ID, fingerprint(j), spawnIdemTTL)
 		if err != nil || prior != nil {
 			return prior, prior != nil, err
 		}
@@ -83,6 +86,32 @@ func (m *Manager) Spawn(ctx context.Context, req SpawnRequest) (job *bgjobs.Job,
 	return j, false, nil
 }
 
+// fingerprint identifies what a spawn asks for (its row as built, so a
+// default spelled out or left out is the same request).
+func fingerprint(j *bgjobs.Job) string {
+	var args bytes.Buffer
+	_ = json.Compact(&args, j.WorkArgs)
+	b, _ := json.Marshal([]any{j.OriginSession, j.Kind, j.SubagentType, j.Description, j.Prompt, j.WorkType, args.String(), j.Incognito})
+	return registry.Digest(string(b))
+}
+
+// depthOf is the depth of a job spawned by parent's own turn: the parent
+// must be a job of the same agent, and the depth within the fence.
+func (m *Manager) depthOf(ctx context.Context, agent, parent string) (int, error) {
+	p, err := m.store.Lookup(ctx, parent)
+	if err != nil {
+		return 0, err
+	}
+	if p == nil || p.Agent != agent {
+		return 0, bgjobs.FieldError("origin_session", "%s%s names no job of agent %q: a worker's own spawns name the job whose turn spawns them",
+			bgjobs.BackgroundPrefix, parent, agent)
+	}
+	if p.Depth+1 > m.cfg.MaxDepth {
+		return 0, bgjobs.FieldError("origin_session", "background jobs nest at most %d deep (BGJOBS_MAX_DEPTH); job %s is at depth %d", m.cfg.MaxDepth, parent, p.Depth)
+	}
+	return p.Depth + 1, nil
+}
+
 // checkSpawn applies the domain rules and builds the row.
 func (m *Manager) checkSpawn(ctx context.Context, req SpawnRequest) (*bgjobs.Job, error) {
 	if req.Invalid != nil {
@@ -108,6 +137,12 @@ func (m *Manager) checkSpawn(ctx context.Context, req SpawnRequest) (*bgjobs.Job
 	if j.Kind == "" {
 		j.Kind = bgjobs.KindTurn
 	}
+	if bgjobs.IsBackground(req.OriginSession) {
+		var err error
+		if j.Depth, err = m.depthOf(ctx, req.Agent, strings.TrimPrefix(req.OriginSession, bgjobs.BackgroundPrefix)); err != nil {
+			return nil, err
+		}
+	}
 	switch j.Kind {
 	case bgjobs.KindTurn:
 		if strings.TrimSpace(req.Prompt) == "" {
@@ -124,7 +159,7 @@ func (m *Manager) checkSpawn(ctx context.Context, req SpawnRequest) (*bgjobs.Job
 			return nil, err
 		}
 		if agent == nil || agent.A2AURL == "" {
-			return nil, bgjobs.FieldError("kind", "agent %q has no a2a_url: register it with PUT /v1/agents/%s before spawning turns", req.Agent, req.Agent)
+			return nil, bgjobs.FieldError("agent", "agent %q has no a2a_url: register it with PUT /v1/agents/%s before spawning turns", req.Agent, req.Agent)
 		}
 		if len(agent.SubagentTypes) > 0 {
 			if _, ok := agent.SubagentTypes[req.SubagentType]; !ok {

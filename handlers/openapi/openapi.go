@@ -92,7 +92,7 @@ func Document() map[string]any {
 		"Job": object(obj{"id": str(), "agent": str(), "origin_session": str(), "kind": str(), "subagent_type": str(),
 			"description": str(), "status": obj{"type": "string", "enum": []string{"queued", "running", "completed", "failed", "cancelled"}},
 			"result": nullable(str()), "error": nullable(str()), "notified": boolean(), "batch_id": nullable(str()),
-			"incognito": boolean(), "attempts": integer(), "report_indexed": boolean(), "generation": integer(),
+			"incognito": boolean(), "attempts": integer(), "report_indexed": boolean(), "generation": integer(), "depth": integer(),
 			"created_at": timestamp(), "started_at": nullable(timestamp()), "completed_at": nullable(timestamp())}),
 		"JobList":      object(obj{"jobs": arrayOf(ref("Job")), "next_cursor": nullable(str())}),
 		"BatchRequest": object(obj{"origin_session": str(), "jobs": arrayOf(ref("SpawnRequest"))}),

@@ -25,6 +25,7 @@ func (f *Followups) Settle(ctx context.Context, j *bgjobs.Job, o bgjobs.Outcome)
 		Announce:     f.mayWake(ctx, j.Agent, j.OriginSession, j.Incognito),
 		Index:        indexes(j, o),
 		HoldForIndex: f.holdsForIndex(j, o),
+		Expire:       bgjobs.IsBackground(j.OriginSession),
 	})
 	if errors.Is(err, registry.ErrEnded) || errors.Is(err, registry.ErrNoJob) {
 		return false, nil

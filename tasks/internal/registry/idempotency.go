@@ -3,6 +3,8 @@ package registry
 import (
 	"context"
 	"errors"
+	"fmt"
+	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -12,11 +14,13 @@ import (
 
 // ClaimSpawnKey records id under the agent's spawn Idempotency-Key for
 // ttl, or returns the job an earlier spawn recorded there. A key whose job
-// is gone (never written, deleted) is taken over.
-func (s *Store) ClaimSpawnKey(ctx context.Context, agent, key, id string, ttl time.Duration) (*bgjobs.Job, error) {
+// is gone (never written, deleted) is taken over. fingerprint identifies
+// the request: a key reused for a different one is a conflict, not the
+// other request's job.
+func (s *Store) ClaimSpawnKey(ctx context.Context, agent, key, id, fingerprint string, ttl time.Duration) (*bgjobs.Job, error) {
 	k := s.k.spawnIdem(agent, key)
 	for range 3 {
-		ok, err := s.rdb.SetNX(ctx, k, id, ttl).Result()
+		ok, err := s.rdb.SetNX(ctx, k, id+" "+fingerprint, ttl).Result()
 		if err != nil {
 			return nil, unavailable("idempotency key", err)
 		}
@@ -30,14 +34,19 @@ func (s *Store) ClaimSpawnKey(ctx context.Context, agent, key, id string, ttl ti
 		if err != nil {
 			return nil, unavailable("idempotency key", err)
 		}
+		prior, fp, _ := strings.Cut(prior, " ")
 		j, err := s.Lookup(ctx, prior)
 		if err != nil {
 			return nil, err
 		}
 		if j != nil && j.Agent == agent {
+			if fp != "" && fp != fingerprint {
+				return nil, &bgjobs.Error{Code: bgjobs.EConflict, Field: "Idempotency-Key",
+					Message: fmt.Sprintf("this key already started job %s with a different request; use a new key", j.ID)}
+			}
 			return j, nil
 		}
-		if err := s.rdb.Set(ctx, k, id, ttl).Err(); err != nil {
+		if err := s.rdb.Set(ctx, k, id+" "+fingerprint, ttl).Err(); err != nil {
 			return nil, unavailable("idempotency key", err)
 		}
 		return nil, nil

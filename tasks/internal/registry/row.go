@@ -21,6 +21,7 @@ const (
 	fGeneration, fWaitUntil, fProgress  = "generation", "wait_until", "progress"
 	fHoldIndex, fReplayUntil            = "hold_index", "replay_until"
 	fResumeState, fResumeError          = "resume_state", "resume_error"
+	fDepth                              = "depth"
 )
 
 // rowFields is a new job's hash.
@@ -37,6 +38,9 @@ func rowFields(j *bgjobs.Job) map[string]any {
 	}
 	if !j.WaitUntil.IsZero() {
 		fields[fWaitUntil] = ms(j.WaitUntil)
+	}
+	if j.Depth > 0 {
+		fields[fDepth] = j.Depth
 	}
 	return fields
 }
@@ -60,6 +64,7 @@ func jobFromHash(h map[string]string) *bgjobs.Job {
 		Progress:      h[fProgress],
 		ResumeState:   h[fResumeState],
 	}
+	j.Depth, _ = strconv.Atoi(h[fDepth])
 	if a := h[fWorkArgs]; a != "" {
 		j.WorkArgs = json.RawMessage(a)
 	}

@@ -84,6 +84,9 @@ return 1
 //
 //	(row field hold_index)
 //
+// ARGV[12] -> "1" to start the row's retention now, notified or not (a
+// worker's own session: no one drains it); the pending zset expires with it
+//
 // Returns {1, entries...} if this call settled the job (the outbox members
 // it recorded), {0} if it was already terminal (a no-op), {-1} if there is
 // no such row.
@@ -98,6 +101,10 @@ if redis.call('HGET', KEYS[1], 'notified') == '1' then
   redis.call('EXPIRE', KEYS[1], ARGV[7])
 else
   redis.call('ZADD', KEYS[2], ARGV[6], id)
+end
+if ARGV[12] == '1' then
+  redis.call('EXPIRE', KEYS[1], ARGV[7])
+  redis.call('EXPIRE', KEYS[2], ARGV[7])
 end
 local out = {1}
 local function record(entry)

@@ -215,6 +215,9 @@ type Settlement struct {
 	Index bool
 	// HoldForIndex makes the drain wait until the report is searchable.
 	HoldForIndex bool
+	// Expire starts the row's retention now, read or not: no one drains
+	// or resumes a worker's own session, so its rows go with retention.
+	Expire bool
 }
 
 // Settle ends a job (settleCmd) and returns the outbox entries it
@@ -231,7 +234,7 @@ func (s *Store) Settle(ctx context.Context, st Settlement) ([]Entry, error) {
 	reply, err := s.w.Script(ctx, settleCmd, []string{s.k.Job(st.Tag, st.ID), s.k.Pending(st.Tag), s.k.Outbox(st.Tag)},
 		string(o.Status), boolStr(o.Result != nil), res, boolStr(o.Error != nil), errText,
 		ms(st.Now), int64(s.retention.Seconds()), s.k.sessionPrefix(st.Tag),
-		boolStr(st.Announce), boolStr(st.Index), boolStr(st.HoldForIndex)).Slice()
+		boolStr(st.Announce), boolStr(st.Index), boolStr(st.HoldForIndex), boolStr(st.Expire)).Slice()
 	if err != nil {
 		return nil, unavailable("settle job", err)
 	}
