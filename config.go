@@ -212,6 +212,9 @@ func (c Config) Validate() error {
 	if c.MaxFetchLoops < 1 || c.MaxFastFetchLoops < 1 {
 		return FieldError("BGJOBS_MAX_FETCH_LOOPS", "fetch loops must be at least 1")
 	}
+	if c.MaxDepth < 1 {
+		return FieldError("BGJOBS_MAX_DEPTH", "must be at least 1")
+	}
 	if c.Retention < 10*time.Minute {
 		// A repeated drain re-reads notified rows for 10 minutes.
 		return FieldError("BGJOBS_RETENTION", "must be at least 10m")
