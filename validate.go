@@ -8,8 +8,12 @@ import (
 
 // Limits of the HTTP contract (API.md "Conventions").
 const (
-	MaxBodyBytes        = 1 << 20
-	MaxPromptBytes      = 256 << 10
+	MaxBodyBytes   = 1 << 20
+	MaxPromptBytes = 256 << 10
+	// MaxReportBytes is the largest turn report bgjobs keeps: it is
+	// stored, indexed and drained (cut) whole up to this; a longer one
+	// fails the job.
+	MaxReportBytes      = 4 << 20
 	MaxDescriptionChars = 500
 )
 

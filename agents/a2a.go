@@ -41,11 +41,20 @@ func BackgroundContext(jobID string) string { return "background:" + jobID }
 
 // RunTurn sends the turn and returns the report. A task that is not yet
 // terminal is followed with tasks/get until it ends or ctx is done; when ctx
-// ends first (cancel or timeout) the agent is sent tasks/cancel.
+// ends first (cancel or timeout) the agent is sent tasks/cancel. A report
+// over bgjobs.MaxReportBytes fails the job, once.
 func (r *A2A) RunTurn(ctx context.Context, t bgjobs.Turn) (string, error) {
+	report, err := r.runTurn(ctx, t)
+	if err == nil && len(report) > bgjobs.MaxReportBytes {
+		return "", fmt.Errorf("%w (%.1f MiB)", ErrReportTooLarge, float64(len(report))/(1<<20))
+	}
+	return report, err
+}
+
+func (r *A2A) runTurn(ctx context.Context, t bgjobs.Turn) (string, error) {
 	client, err := a2aclient.NewFromEndpoints(ctx,
 		[]a2a.AgentInterface{{URL: t.AgentURL, Transport: a2a.TransportProtocolJSONRPC}},
-		a2aclient.WithJSONRPCTransport(r.HTTP))
+		jsonrpcWithLongStreams(r.HTTP))
 	if err != nil {
 		return "", fmt.Errorf("a2a client for %s: %w", t.AgentURL, err)
 	}
@@ -77,8 +86,14 @@ func (r *A2A) RunTurn(ctx context.Context, t bgjobs.Turn) (string, error) {
 		if ctx.Err() != nil {
 			return "", ctx.Err()
 		}
+		err = netguard.Brief(fmt.Errorf("a2a message/send: %w", err))
+		if answered(err) {
+			// The agent took the turn and answered: running it again
+			// would do the work twice.
+			return "", err
+		}
 		// The same message id goes out again, so the agent can de-duplicate.
-		return "", tasks.Retryable(netguard.Brief(fmt.Errorf("a2a message/send: %w", err)))
+		return "", tasks.Retryable(err)
 	}
 	switch v := res.(type) {
 	case *a2a.Message:

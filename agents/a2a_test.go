@@ -1,11 +1,16 @@
 package agents
 
 import (
+	"bufio"
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
+	"io"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -106,4 +111,60 @@ func TestSignVerifies(t *testing.T) {
 	t.Parallel()
 	// HMAC-SHA256 of "body" under "key", computed independently.
 	require.Equal(t, "sha256=515aae133b435d4000956731f68ae5cf5eb85d4f0dc6a546d2bfcd3595ec1ae1", Sign("key", []byte("body")))
+}
+
+// A stream that breaks after the agent accepted the turn (its task came
+// through) is not sent again: the task is followed with tasks/get.
+func TestBrokenStreamAfterAcceptanceFollowsTheTask(t *testing.T) {
+	t.Parallel()
+	agent := &slowAgent{doneAfter: 0}
+	mux := http.NewServeMux()
+	var url string
+	mux.HandleFunc("/.well-known/agent-card.json", func(w http.ResponseWriter, _ *http.Request) {
+		_ = json.NewEncoder(w).Encode(map[string]any{"name": "broken", "url": url, "version": "1", "protocolVersion": "0.3.0",
+			"capabilities": map[string]any{"streaming": true}, "defaultInputModes": []string{"text"}, "defaultOutputModes": []string{"text"}, "skills": []any{}})
+	})
+	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		var req struct {
+			ID     any    `json:"id"`
+			Method string `json:"method"`
+		}
+		raw, _ := io.ReadAll(r.Body)
+		_ = json.Unmarshal(raw, &req)
+		if req.Method != "message/stream" {
+			r.Body = io.NopCloser(bytes.NewReader(raw))
+			agent.ServeHTTP(w, r)
+			return
+		}
+		agent.mu.Lock()
+		agent.calls = append(agent.calls, req.Method)
+		agent.mu.Unlock()
+		w.Header().Set("Content-Type", "text/event-stream")
+		task := map[string]any{"kind": "task", "id": "task-1", "contextId": "background:bg-0123456789ab", "status": map[string]any{"state": "submitted"}}
+		first, _ := json.Marshal(map[string]any{"jsonrpc": "2.0", "id": req.ID, "result": task})
+		fmt.Fprintf(w, "data: %s\n\ndata: {\"jsonrpc\":\"2.0\",\"res", first) // the connection drops mid-event
+	})
+	srv := httptest.NewServer(mux)
+	defer srv.Close()
+	url = srv.URL
+	r := NewA2A(netguard.NewAllow([]string{"127.0.0.1"}))
+	r.PollMin, r.PollMax = 10*time.Millisecond, 20*time.Millisecond
+	tr := turn(srv.URL)
+	tr.Progress = func(string, string) {}
+	report, err := r.RunTurn(context.Background(), tr)
+	require.NoError(t, err)
+	require.Equal(t, "the long report", report)
+	require.Equal(t, []string{"message/stream", "tasks/get"}, agent.methods(), "the turn went out once")
+}
+
+// Lines of a stream are read whole up to the cap, and refused past it.
+func TestStreamLinesUpToTheCap(t *testing.T) {
+	t.Parallel()
+	long := strings.Repeat("x", 200<<10)
+	r := bufio.NewReaderSize(strings.NewReader(long+"\nnext\n"), 16)
+	line, err := readLine(r, 1<<20)
+	require.NoError(t, err)
+	require.Len(t, line, len(long))
+	_, err = readLine(bufio.NewReaderSize(strings.NewReader(long+"\n"), 16), 100<<10)
+	require.ErrorIs(t, err, ErrReportTooLarge)
 }

@@ -2,6 +2,7 @@ package agents
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/url"
 	"strings"
@@ -60,6 +61,7 @@ func (r *A2A) stream(ctx context.Context, client *a2aclient.Client, params *a2a.
 	var artifacts []string
 	var last *a2a.Task
 	var taskID a2a.TaskID
+	accepted := false
 	for ev, err := range client.SendStreamingMessage(ctx, params) {
 		if err != nil {
 			if ctx.Err() != nil {
@@ -68,8 +70,9 @@ func (r *A2A) stream(ctx context.Context, client *a2aclient.Client, params *a2a.
 				}
 				return "", ctx.Err()
 			}
-			return "", retryableStreamError(err)
+			return r.streamBroke(ctx, client, taskID, accepted, err)
 		}
+		accepted = true
 		switch v := ev.(type) {
 		case *a2a.Message:
 			return messageText(v), nil
@@ -109,6 +112,28 @@ func (r *A2A) stream(ctx context.Context, client *a2aclient.Client, params *a2a.
 	return "", fmt.Errorf("a2a message/stream ended without a result")
 }
 
-func retryableStreamError(err error) error {
-	return retryable(netguard.Brief(fmt.Errorf("a2a message/stream: %w", err)))
+// streamBroke decides what a broken stream means. Before the agent sent
+// anything the turn may not have reached it: send it again (same message
+// id). After, the agent has the turn: a task is followed with tasks/get; a
+// message reply cannot be fetched again, and re-running the turn would do
+// the work twice, so the job fails.
+func (r *A2A) streamBroke(ctx context.Context, client *a2aclient.Client, taskID a2a.TaskID, accepted bool, err error) (string, error) {
+	err = netguard.Brief(fmt.Errorf("a2a message/stream: %w", err))
+	switch {
+	case errors.Is(err, ErrReportTooLarge):
+		return "", err
+	case !accepted:
+		return "", retryable(err)
+	case taskID != "":
+		return r.follow(ctx, client, &a2a.Task{ID: taskID, Status: a2a.TaskStatus{State: a2a.TaskStateWorking}})
+	}
+	return "", fmt.Errorf("%w; not sent again: the agent had accepted the turn", err)
+}
+
+// answered reports whether a message/send error came after the agent's
+// answer arrived (a2a-go could not read it), as opposed to the request not
+// getting through.
+func answered(err error) bool {
+	s := err.Error()
+	return strings.Contains(s, "failed to decode response") || strings.Contains(s, "violates A2A spec")
 }
