@@ -40,6 +40,8 @@ const (
 	MaxFastFetchLoopsDefault    = 3
 	// MaxDepthDefault bounds how deep a worker's own spawns may nest.
 	MaxDepthDefault = 3
+	// TurnWindowDefault seals a turn's batch this long after its last spawn.
+	TurnWindowDefault = 2 * time.Second
 )
 
 // Config is everything a bgjobs process reads at start. Load reads it from
@@ -71,6 +73,10 @@ type Config struct {
 	// SummaryChars caps a turn report inside a notification. Defaults to
 	// SummaryCharsDefault.
 	SummaryChars int
+	// TurnWindow (BGJOBS_TURN_WINDOW) seals the batch of a spawn's turn_id
+	// this long after the turn's last spawn, unless the session goes idle
+	// first. Defaults to TurnWindowDefault.
+	TurnWindow time.Duration
 	// MaxDepth bounds nesting (BGJOBS_MAX_DEPTH): a job spawned from a
 	// worker's own turn (origin "background:<job id>") is one deeper than
 	// that job; past MaxDepth a spawn is refused. Defaults to
@@ -175,6 +181,7 @@ func (c Config) WithDefaults() Config {
 	c.SummaryChars = cmp.Or(c.SummaryChars, SummaryCharsDefault)
 	c.RunTimeout = cmp.Or(c.RunTimeout, RunTimeoutDefault)
 	c.MaxDepth = cmp.Or(c.MaxDepth, MaxDepthDefault)
+	c.TurnWindow = cmp.Or(c.TurnWindow, TurnWindowDefault)
 	c.ResumeCoalesce = cmp.Or(c.ResumeCoalesce, ResumeCoalesceDefault)
 	c.Retention = cmp.Or(c.Retention, RetentionDefault)
 	c.ReconcileInterval = cmp.Or(c.ReconcileInterval, ReconcileIntervalDefault)
@@ -306,6 +313,7 @@ func Load(getenv func(string) string) (Config, error) {
 		{"BGJOBS_CONTROL_POLL_INTERVAL", &c.ControlPollInterval},
 		{"BGJOBS_SPARE_POLL_INTERVAL", &c.SparePollInterval},
 		{"BGJOBS_RESUME_AGAIN_INTERVAL", &c.ResumeAgainInterval},
+		{"BGJOBS_TURN_WINDOW", &c.TurnWindow},
 	}
 	for _, v := range durations {
 		if s := getenv(v.name); s != "" {

@@ -67,6 +67,10 @@ type SpawnRequest struct {
 	// WaitMS, up to 120000, waits for the job: if it ends in time the
 	// answer carries its whole row and it is not notified again.
 	WaitMS int `json:"wait_ms,omitempty"`
+	// TurnID joins the jobs of one turn of the session into one briefing
+	// (a batch, sealed when the session goes idle or shortly after the
+	// turn's last spawn).
+	TurnID string `json:"turn_id,omitempty"`
 	// IdempotencyKey, when set, returns the first job for a repeat.
 	IdempotencyKey string `json:"-"`
 }

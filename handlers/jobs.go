@@ -22,6 +22,7 @@ type spawnBody struct {
 	Incognito     bool             `json:"incognito"`
 	Work          *bgjobs.WorkSpec `json:"work"`
 	WaitMS        int64            `json:"wait_ms"`
+	TurnID        string           `json:"turn_id"`
 }
 
 type spawnResponse struct {
@@ -44,7 +45,7 @@ func (b spawnBody) request(agent, idemKey string) (tasks.SpawnRequest, error) {
 	return tasks.SpawnRequest{Wait: wait,
 		Agent: agent, OriginSession: b.OriginSession, Kind: bgjobs.Kind(b.Kind),
 		SubagentType: b.SubagentType, Description: b.Description, Prompt: b.Prompt,
-		Work: b.Work, Incognito: b.Incognito, IdempotencyKey: idemKey,
+		Work: b.Work, Incognito: b.Incognito, IdempotencyKey: idemKey, TurnID: b.TurnID,
 	}, nil
 }
 

@@ -44,12 +44,15 @@ type SpawnInput struct {
 	JobSpec
 	WaitMS         int64  `json:"wait_ms,omitempty" jsonschema:"wait up to this many milliseconds (at most 120000): a job that ends in time returns its result here and is not notified again"`
 	IdempotencyKey string `json:"idempotency_key,omitempty" jsonschema:"repeat a spawn after a transport error with the same key: you get the first job back, not a second one"`
+	TurnID         string `json:"turn_id,omitempty" jsonschema:"your current turn: the jobs one turn spawns come back in one briefing. Defaults to this MCP session's spawns within a few seconds of each other"`
 }
 
 // SpawnOutput is what spawn_background started.
 type SpawnOutput struct {
 	JobID  string        `json:"job_id"`
 	Status bgjobs.Status `json:"status"`
+	// BatchID is the turn's batch: its jobs come back in one briefing.
+	BatchID *string `json:"batch_id,omitempty"`
 	// Delivered is true when the job ended within wait_ms: its result is
 	// here and drain_notifications will not hand it over again.
 	Delivered bool    `json:"delivered"`
@@ -215,13 +218,18 @@ func NewServer(ctx context.Context, m *tasks.Manager, mem Recaller, agent string
 
 	addTool(s, &mcp.Tool{Name: "spawn_background", Description: SpawnDescription, InputSchema: spawnSchema,
 		Annotations: &mcp.ToolAnnotations{Title: "Start background work", DestructiveHint: no(), OpenWorldHint: yes()}},
-		func(ctx context.Context, _ *mcp.CallToolRequest, in SpawnInput) (answer[SpawnOutput], error) {
+		func(ctx context.Context, call *mcp.CallToolRequest, in SpawnInput) (answer[SpawnOutput], error) {
 			var a answer[SpawnOutput]
 			req, err := in.request(agent, in.OriginSession)
 			if err != nil {
 				return a, err
 			}
-			req.IdempotencyKey = in.IdempotencyKey
+			req.IdempotencyKey, req.TurnID = in.IdempotencyKey, in.TurnID
+			if req.TurnID == "" && in.WaitMS == 0 && call != nil && call.Session != nil && call.Session.ID() != "" {
+				// One MCP session's spawns close together are one turn (a
+				// waited-for job is handed over in the call instead).
+				req.TurnID = "mcp:" + call.Session.ID()
+			}
 			if req.Wait, err = bgjobs.Within("wait_ms", in.WaitMS, time.Millisecond, tasks.WaitMax); err != nil {
 				return a, err
 			}
@@ -229,7 +237,7 @@ func NewServer(ctx context.Context, m *tasks.Manager, mem Recaller, agent string
 			if err != nil {
 				return a, err
 			}
-			a.out = SpawnOutput{JobID: j.ID, Status: j.Status, Delivered: delivered}
+			a.out = SpawnOutput{JobID: j.ID, Status: j.Status, BatchID: j.BatchID, Delivered: delivered}
 			if !delivered {
 				a.text = fmt.Sprintf("Background agent started: %s. You will be notified when it completes — do NOT poll, check, or spawn a duplicate; continue with other work.", j.ID)
 				return a, nil

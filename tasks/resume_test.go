@@ -98,7 +98,7 @@ func TestNoResumeWhereNoneIsDue(t *testing.T) {
 		agentAuto  *bool
 		globalAuto bool
 	}{
-		{desc: "background origin", session: "background:bg-0123456789ab", globalAuto: true},
+		{desc: "background origin", session: bgjobs.BackgroundPrefix, globalAuto: true},
 		{desc: "incognito job", session: "chat-1", incognito: true, globalAuto: true},
 		{desc: "auto-resume off for the agent", session: "chat-1", agentAuto: &off, globalAuto: true},
 		{desc: "auto-resume off globally", session: "chat-1", globalAuto: false},
@@ -109,6 +109,12 @@ func TestNoResumeWhereNoneIsDue(t *testing.T) {
 			b := setup(t, withResumer(rr), func(c *bgjobs.Config, _ *Deps) { c.NoAutoResume = !tc.globalAuto })
 			b.registerAgent(t, tc.agentAuto)
 			b.startWorker(t)
+			if tc.session == bgjobs.BackgroundPrefix {
+				// A worker's own spawn names its (incognito, so silent) parent.
+				parent := echoSpawn("chat-parent", "parent", 0, false)
+				parent.Incognito = true
+				tc.session += b.spawn(t, parent).ID
+			}
 			req := echoSpawn(tc.session, "x", 0, false)
 			req.Incognito = tc.incognito
 			j := b.spawn(t, req)
@@ -525,4 +531,69 @@ func TestDrainHoldsOnlyReportsThatWillBeCut(t *testing.T) {
 			require.Contains(t, ns[0].Text, "<result>"+report+"</result>")
 		})
 	}
+}
+
+// Three spawns of one turn (turn_id) get one briefing: a resume with
+// counts 3, once the turn is sealed — by its window after the last spawn,
+// or at once when the session goes idle. The batch reads like any other.
+func TestTurnJoinsOneBriefing(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	t.Run("sealed by its window", func(t *testing.T) {
+		t.Parallel()
+		b, rr := setupResuming(t, func(c *bgjobs.Config, _ *Deps) { c.TurnWindow = 400 * time.Millisecond })
+		b.startWorker(t)
+		var bids []string
+		for i, fail := range []bool{false, true, false} {
+			req := echoSpawn("chat-t", fmt.Sprint("job ", i), 0, fail)
+			req.TurnID = "turn-1"
+			j := b.spawn(t, req)
+			require.NotNil(t, j.BatchID, "a turn's spawn carries its batch id")
+			bids = append(bids, *j.BatchID)
+		}
+		require.Equal(t, bids[0], bids[1])
+		require.Equal(t, bids[0], bids[2])
+		testenv.Eventually(t, 15*time.Second, "the turn's resume", func() bool { return len(rr.all()) >= 1 })
+		time.Sleep(500 * time.Millisecond)
+		got := rr.all()
+		require.Len(t, got, 1, "one briefing for the turn")
+		require.Equal(t, bgjobs.Counts{Completed: 2, Failed: 1}, got[0].Meta.Counts)
+		require.Equal(t, bids[0], *got[0].Meta.BatchID)
+		require.Len(t, got[0].Meta.Jobs, 3)
+		bt, err := b.m.GetBatch(ctx, "alpha", bids[0])
+		require.NoError(t, err)
+		require.True(t, bt.Joined)
+		require.Equal(t, 3, bt.Size)
+		require.Len(t, bt.Jobs, 3)
+
+		// The turn is sealed: the same turn_id starts a new batch.
+		req := echoSpawn("chat-t", "later", 0, false)
+		req.TurnID = "turn-1"
+		later := b.spawn(t, req)
+		require.NotEqual(t, bids[0], *later.BatchID)
+		require.GreaterOrEqual(t, len(b.drain(t, "chat-t")), 3)
+	})
+	t.Run("sealed when the session goes idle", func(t *testing.T) {
+		t.Parallel()
+		b, rr := setupResuming(t, func(c *bgjobs.Config, _ *Deps) { c.TurnWindow = time.Hour })
+		b.startWorker(t)
+		require.NoError(t, b.m.Busy(ctx, "alpha", "chat-i", time.Minute))
+		var ids []string
+		for i := range 3 {
+			req := echoSpawn("chat-i", fmt.Sprint("job ", i), 0, false)
+			req.TurnID = "turn-9"
+			ids = append(ids, b.spawn(t, req).ID)
+		}
+		for _, id := range ids {
+			b.waitStatus(t, id, bgjobs.StatusCompleted, 10*time.Second)
+		}
+		time.Sleep(300 * time.Millisecond)
+		require.Empty(t, rr.all(), "no briefing while the turn is open")
+		require.NoError(t, b.m.Idle(ctx, "alpha", "chat-i"))
+		testenv.Eventually(t, 10*time.Second, "the turn's resume", func() bool { return len(rr.all()) >= 1 })
+		time.Sleep(300 * time.Millisecond)
+		got := rr.all()
+		require.Len(t, got, 1)
+		require.Equal(t, bgjobs.Counts{Completed: 3}, got[0].Meta.Counts)
+	})
 }

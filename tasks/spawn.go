@@ -30,6 +30,11 @@ type SpawnRequest struct {
 	Work           *bgjobs.WorkSpec
 	Incognito      bool
 	IdempotencyKey string
+	// TurnID names the turn of the origin session that spawns the job:
+	// the jobs of one turn join like a batch (one resume) once the turn
+	// is sealed (the session goes idle, or Config.TurnWindow after its
+	// last spawn). Empty: the job stands alone.
+	TurnID string
 	// Invalid, when set, is why a batch spec could not even be read; the
 	// batch reports it as skipped.
 	Invalid *bgjobs.Error
@@ -59,6 +64,13 @@ func (m *Manager) Spawn(ctx context.Context, req SpawnRequest) (job *bgjobs.Job,
 			return prior, prior != nil, err
 		}
 	}
+	if req.TurnID != "" {
+		bid, err := m.store.JoinTurn(ctx, bgjobs.Tag(j.Agent, j.OriginSession), req.TurnID, newID("bt-"), j.ID, !j.Incognito, j.CreatedAt, m.cfg.BatchJoinTimeout)
+		if err != nil {
+			return nil, false, err
+		}
+		j.BatchID = &bid
+	}
 	// The row rides in the same pipeline as its task, just ahead of it.
 	rowCtx, row := m.store.WithRow(ctx, j)
 	enqErr := m.eng.EnqueueJob(rowCtx, j)
@@ -79,6 +91,12 @@ func (m *Manager) Spawn(ctx context.Context, req SpawnRequest) (job *bgjobs.Job,
 		m.eng.DeleteTask(j)
 		m.store.Forget(context.WithoutCancel(ctx), j)
 		return nil, false, bgjobs.Unavailable("create job", rowErr)
+	}
+	if j.BatchID != nil {
+		if err := m.follow.ArmSeal(ctx, bgjobs.Tag(j.Agent, j.OriginSession), *j.BatchID, j.CreatedAt); err != nil {
+			// The session's idle, or the straggler timer, joins it instead.
+			m.log.Warn("arm a turn's seal", slog.String("batch_id", *j.BatchID), slog.Any("err", err))
+		}
 	}
 	m.feeds.Publish(bgjobs.JobEvent(bgjobs.EventStarted, j, bgjobs.StatusQueued, j.CreatedAt))
 	metrics.Spawned.WithLabelValues(string(j.Kind)).Inc()
@@ -122,6 +140,9 @@ func (m *Manager) checkSpawn(ctx context.Context, req SpawnRequest) (*bgjobs.Job
 	}
 	if err := bgjobs.CheckSession("origin_session", req.OriginSession); err != nil {
 		return nil, err
+	}
+	if len(req.TurnID) > 200 || !utf8.ValidString(req.TurnID) {
+		return nil, bgjobs.FieldError("turn_id", "at most 200 bytes of UTF-8")
 	}
 	if utf8.RuneCountInString(req.Description) > bgjobs.MaxDescriptionChars {
 		return nil, bgjobs.FieldError("description", "at most %d characters", bgjobs.MaxDescriptionChars)

@@ -83,7 +83,7 @@ func schemaAt(t *testing.T, schema any, path ...string) map[string]any {
 func TestMCPTools(t *testing.T) {
 	t.Parallel()
 	a2aURL, _ := startAgent(t)
-	base := startServe(t, map[string]string{"BGJOBS_API_KEYS": "alpha:ka", "BGJOBS_AUTO_RESUME": "false"})
+	base := startServe(t, map[string]string{"BGJOBS_API_KEYS": "alpha:ka", "BGJOBS_AUTO_RESUME": "false", "BGJOBS_TURN_WINDOW": "1m"})
 	c := client{t: t, base: base, key: "ka"}
 	code, _ := c.do("PUT", "/v1/agents/alpha", map[string]any{"a2a_url": a2aURL,
 		"subagent_types": map[string]string{"researcher": "You research.", "writer": "You write."}})
@@ -141,7 +141,17 @@ func TestMCPTools(t *testing.T) {
 		"work": map[string]any{"type": "echo", "args": map[string]any{"text": "hello from echo"}}})
 	require.False(t, isErr, out)
 	echo := st["job_id"].(string)
+	require.NotNil(t, st["batch_id"], "an MCP spawn joins its session's turn")
 	c.waitStatus(echo, "completed")
+	_, st, _ = callTool(t, s, "spawn_background", map[string]any{"origin_session": "chat-turn", "kind": "work",
+		"work": map[string]any{"type": "echo", "args": map[string]any{"text": "first of the turn"}}})
+	turn := st["batch_id"]
+	_, st, _ = callTool(t, s, "spawn_background", map[string]any{"origin_session": "chat-turn", "kind": "work",
+		"work": map[string]any{"type": "echo", "args": map[string]any{"text": "same turn"}}})
+	require.Equal(t, turn, st["batch_id"], "spawns of one MCP session within the window are one turn")
+	_, st, _ = callTool(t, s, "spawn_background", map[string]any{"origin_session": "chat-turn", "kind": "work", "turn_id": "other",
+		"work": map[string]any{"type": "echo", "args": map[string]any{"text": "another turn"}}})
+	require.NotEqual(t, turn, st["batch_id"], "unless turn_id says otherwise")
 
 	out, isErr = callText(t, s, "spawn_background", map[string]any{"origin_session": "chat-mcp", "description": "x",
 		"subagent_type": "painter", "prompt": "p"})

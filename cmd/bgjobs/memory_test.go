@@ -95,9 +95,9 @@ func TestRecallIsolationAndWhatIsNeverIndexed(t *testing.T) {
 		c.waitStatus(id, "completed")
 		return id
 	}
-	spawn(a, "chat-1", "quokkas of alpha", false)
+	quokkas := spawn(a, "chat-1", "quokkas of alpha", false)
 	spawn(a, "chat-1", "wombats incognito", true)
-	spawn(a, "background:bg-0123456789ab", "platypus worker", false)
+	spawn(a, "background:"+quokkas, "platypus worker", false)
 	code, kn := a.do("POST", "/v1/knowledge", map[string]any{"session": "chat-1", "title": "Field notes", "text": "numbats are striped"})
 	require.Equal(t, http.StatusCreated, code, "%v", kn)
 	require.Regexp(t, `^kn-`, kn["doc_id"])

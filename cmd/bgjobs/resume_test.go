@@ -169,7 +169,7 @@ func TestWebhookResume(t *testing.T) {
 		"counts": map[string]any{"completed": 1.0, "failed": 0.0, "cancelled": 0.0}, "partial": false, "session": "chat-7",
 	}, hook.all()[0])
 
-	_, bg := c.do("POST", "/v1/jobs", echoJob("background:bg-0123456789ab", "quiet", false))
+	_, bg := c.do("POST", "/v1/jobs", echoJob("background:"+id, "quiet", false))
 	incog := echoJob("chat-7", "secret", false)
 	incog["incognito"] = true
 	_, ij := c.do("POST", "/v1/jobs", incog)

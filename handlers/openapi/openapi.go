@@ -77,7 +77,7 @@ func Document() map[string]any {
 	spawn := object(obj{
 		"origin_session": str(), "kind": obj{"type": "string", "enum": []string{"turn", "work"}},
 		"subagent_type": str(), "description": str(), "prompt": str(), "incognito": boolean(),
-		"work": object(obj{"type": str(), "args": anyObject()}), "wait_ms": integer(),
+		"work": object(obj{"type": str(), "args": anyObject()}), "wait_ms": integer(), "turn_id": str(),
 	})
 	spawn["required"] = []string{"origin_session"}
 	schemas := obj{

@@ -22,6 +22,9 @@ const (
 	TypeResume    = "bgjobs:resume"
 	TypeStraggler = "bgjobs:straggler"
 	TypeLapse     = "bgjobs:lapse"
+	// TypeSeal seals a turn batch once the window after its last spawn
+	// has passed.
+	TypeSeal = "bgjobs:seal"
 )
 
 // Queue base names; Engine.Queue gives the namespaced name.
@@ -71,6 +74,8 @@ type ControlPayload struct {
 	Agent   string `json:"a"`
 	Session string `json:"s"`
 	BatchID string `json:"b,omitempty"`
+	// At is when the spawn that armed a seal timer joined its batch (ms).
+	At int64 `json:"t,omitempty"`
 }
 
 // Engine enqueues and inspects bgjobs' asynq tasks.

@@ -64,6 +64,12 @@ func (f *Followups) endBusy(ctx context.Context, tag string, lapse bool) (bool, 
 	if err != nil {
 		return false, err
 	}
+	if !lapse || ended {
+		// The turn is over: its spawns are all in.
+		if err := f.sealTurns(ctx, tag); err != nil {
+			return ended, err
+		}
+	}
 	if folded {
 		if err := f.Pump(ctx, tag); err != nil {
 			f.log.Warn("pump after idle", slog.Any("err", err))

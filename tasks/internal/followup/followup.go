@@ -35,6 +35,8 @@ type Config struct {
 	// announces stays undrained.
 	ResumeAgainInterval time.Duration
 	ResumeAgainMax      int
+	// TurnWindow seals a turn batch this long after its last spawn.
+	TurnWindow time.Duration
 }
 
 // Deps are what follow-ups run with.

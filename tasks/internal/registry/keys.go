@@ -23,6 +23,8 @@ import (
 //	<ns>:{<agent>/<session>}:batch:<b>    hash   size, settled, completed, failed, cancelled, joined_at, partial
 //	<ns>:{<agent>/<session>}:batch:<b>:claim  string (SET NX) the single-fire join claim
 //	<ns>:{<agent>/<session>}:batch:<b>:jobs   list  member job ids, in spec order
+//	<ns>:{<agent>/<session>}:turn:<h>     string the open turn batch of turn_id h (until sealed)
+//	<ns>:{<agent>/<session>}:turns        set    the session's open (unsealed) turn batches
 //	<ns>:{<agent>/<session>}:stormwin     string the resume storm guard's open window (PX)
 //	<ns>:{<agent>/<session>}:stormq       zset   singleton resumes merging behind the window
 //	<ns>:{<agent>/<session>}:inflight     string a resume of this session is being delivered (PX)
@@ -61,6 +63,8 @@ func (k Keys) batch(tag, id string) string        { return k.session(tag) + ":ba
 func (k Keys) batchClaim(tag, id string) string   { return k.batch(tag, id) + ":claim" }
 func (k Keys) batchJobs(tag, id string) string    { return k.batch(tag, id) + ":jobs" }
 func (k Keys) batchIndex() string                 { return k.NS + ":batchidx" }
+func (k Keys) turnBatch(tag, turn string) string  { return k.session(tag) + ":turn:" + Digest(turn) }
+func (k Keys) openTurns(tag string) string        { return k.session(tag) + ":turns" }
 func (k Keys) Reports() string                    { return k.NS + ":reports" }
 func (k Keys) IndexerAlive() string               { return k.NS + ":indexer" }
 func (k Keys) APIKeys() string                    { return k.NS + ":apikeys" }

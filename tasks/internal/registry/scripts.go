@@ -127,7 +127,7 @@ redis.call('HINCRBY', bkey, ARGV[1], 1)
 local size = tonumber(redis.call('HGET', bkey, 'size'))
 if redis.call('EXISTS', bkey .. ':claim') == 1 then
   if ARGV[9] == '1' then record('r|' .. id) end
-elseif settled >= size then
+elseif settled >= size and redis.call('HGET', bkey, 'unsealed') ~= '1' then
   if redis.call('SET', bkey .. ':claim', 'full', 'NX') then
     redis.call('HSET', bkey, 'joined_at', ARGV[6], 'partial', '0')
     record('j|' .. bid)
@@ -136,6 +136,73 @@ elseif settled == 1 then
   record('s|' .. bid)
 end
 return out
+`)
+
+// joinTurnCmd adds a job to the open batch of its session's turn, opening
+// one if there is none: a turn batch grows with each spawn of the turn and
+// stays unsealed (settleCmd does not join it) until sealTurnCmd seals it.
+// Its member's row is written after, with the batch id this returns.
+//
+// KEYS[1] -> the turn's pointer to its open batch
+// KEYS[2] -> the session's set of open turn batches
+// ARGV[1] -> a new batch id, used if the turn has no open batch
+// ARGV[2] -> job id
+// ARGV[3] -> "1" if the job is not incognito (may wake the session)
+// ARGV[4] -> now (ms)
+// ARGV[5] -> session key prefix, "<ns>:{<tag>}:"
+// ARGV[6] -> pointer TTL (s): an unsealed batch's pointer outlives its seal
+//
+// Returns the batch id.
+var joinTurnCmd = redis.NewScript(`
+local bid = redis.call('GET', KEYS[1])
+local bkey
+if not bid then
+  bid = ARGV[1]
+  bkey = ARGV[5] .. 'batch:' .. bid
+  redis.call('SET', KEYS[1], bid, 'EX', ARGV[6])
+  redis.call('SADD', KEYS[2], bid)
+  redis.call('HSET', bkey, 'id', bid, 'size', 0, 'settled', 0, 'completed', 0, 'failed', 0, 'cancelled', 0,
+    'created_at', ARGV[4], 'open', 0, 'unsealed', '1', 'turn_ptr', KEYS[1])
+end
+bkey = ARGV[5] .. 'batch:' .. bid
+redis.call('HINCRBY', bkey, 'size', 1)
+if ARGV[3] == '1' then redis.call('HINCRBY', bkey, 'open', 1) end
+redis.call('HSET', bkey, 'last_spawn', ARGV[4])
+redis.call('RPUSH', bkey .. ':jobs', ARGV[2])
+return bid
+`)
+
+// sealTurnCmd seals a turn batch: no spawn joins it any more, and if
+// every member has settled it joins now (the same claim as a full join).
+// On the window's timer it seals only once the window after the last
+// spawn has passed; the session going idle seals at once.
+//
+// KEYS[1] -> batch hash
+// KEYS[2] -> batch claim
+// KEYS[3] -> session outbox zset
+// KEYS[4] -> the session's set of open turn batches
+// ARGV[1] -> batch id
+// ARGV[2] -> now (ms)
+// ARGV[3] -> window (ms); "0" seals now
+//
+// Returns {0} if it was sealed already, {1} if sealed, {2} if sealed and
+// joined (j|<batch id> recorded), {-1, last spawn ms} if the window has
+// not passed since the last spawn.
+var sealTurnCmd = redis.NewScript(`
+if redis.call('HGET', KEYS[1], 'unsealed') ~= '1' then return {0} end
+local last = tonumber(redis.call('HGET', KEYS[1], 'last_spawn') or '0')
+if tonumber(ARGV[3]) > 0 and tonumber(ARGV[2]) < last + tonumber(ARGV[3]) then return {-1, last} end
+redis.call('HDEL', KEYS[1], 'unsealed')
+local ptr = redis.call('HGET', KEYS[1], 'turn_ptr')
+if ptr and redis.call('GET', ptr) == ARGV[1] then redis.call('DEL', ptr) end
+redis.call('SREM', KEYS[4], ARGV[1])
+local f = redis.call('HMGET', KEYS[1], 'settled', 'size')
+if tonumber(f[1]) >= tonumber(f[2]) and redis.call('SET', KEYS[2], 'full', 'NX') then
+  redis.call('HSET', KEYS[1], 'joined_at', ARGV[2], 'partial', '0')
+  redis.call('ZADD', KEYS[3], ARGV[2], 'j|' .. ARGV[1])
+  return {2}
+end
+return {1}
 `)
 
 // forceJoinCmd is the straggler timer firing: the same claim as a full join,
