@@ -41,6 +41,27 @@ type Error struct {
 	Field   string `json:"field,omitempty"`
 }
 
+// The API's error codes, for errors.Is: errors.Is(err, client.ErrNotFound).
+var (
+	ErrInvalid         = &Error{Code: "invalid_argument"}
+	ErrUnauthenticated = &Error{Code: "unauthenticated"}
+	ErrNotFound        = &Error{Code: "not_found"}
+	ErrConflict        = &Error{Code: "conflict"}
+	ErrTooLarge        = &Error{Code: "too_large"}
+	ErrRateLimited     = &Error{Code: "rate_limited"}
+	ErrUnavailable     = &Error{Code: "unavailable"}
+)
+
+// Is matches an error of the same code.
+func (e *Error) Is(target error) bool {
+	t, ok := target.(*Error)
+	return ok && t.Code == e.Code
+}
+
+// Temporary reports whether the same call may succeed later (503, 429):
+// retry it, with the same Idempotency-Key where it takes one.
+func (e *Error) Temporary() bool { return e.Code == "unavailable" || e.Code == "rate_limited" }
+
 func (e *Error) Error() string {
 	if e.Field != "" {
 		return fmt.Sprintf("bgjobs: %d %s: %s (field %s)", e.Status, e.Code, e.Message, e.Field)
@@ -157,22 +178,13 @@ func (c *Client) do(ctx context.Context, method, path string, body any, out any,
 		return err
 	}
 	req.Header.Set("Content-Type", "application/json")
-	if c.Key != "" {
-		req.Header.Set("Authorization", "Bearer "+c.Key)
-	}
-	if c.ActAs != "" {
-		req.Header.Set("X-Bgjobs-Agent", c.ActAs)
-	}
+	c.authorize(req)
 	for i := 0; i+1 < len(hdr); i += 2 {
 		if hdr[i+1] != "" {
 			req.Header.Set(hdr[i], hdr[i+1])
 		}
 	}
-	hc := c.HTTP
-	if hc == nil {
-		hc = http.DefaultClient
-	}
-	resp, err := hc.Do(req)
+	resp, err := c.httpClient().Do(req)
 	if err != nil {
 		return err
 	}
@@ -182,19 +194,40 @@ func (c *Client) do(ctx context.Context, method, path string, body any, out any,
 		return err
 	}
 	if resp.StatusCode >= 300 {
-		var e struct {
-			Error Error `json:"error"`
-		}
-		if json.Unmarshal(raw, &e) != nil || e.Error.Code == "" {
-			e.Error = Error{Code: "unknown", Message: strings.TrimSpace(string(raw))}
-		}
-		e.Error.Status = resp.StatusCode
-		return &e.Error
+		return apiError(resp.StatusCode, raw)
 	}
 	if out == nil || len(raw) == 0 {
 		return nil
 	}
 	return json.Unmarshal(raw, out)
+}
+
+func (c *Client) authorize(req *http.Request) {
+	if c.Key != "" {
+		req.Header.Set("Authorization", "Bearer "+c.Key)
+	}
+	if c.ActAs != "" {
+		req.Header.Set("X-Bgjobs-Agent", c.ActAs)
+	}
+}
+
+func (c *Client) httpClient() *http.Client {
+	if c.HTTP == nil {
+		return http.DefaultClient
+	}
+	return c.HTTP
+}
+
+// apiError reads an error answer.
+func apiError(status int, raw []byte) *Error {
+	var e struct {
+		Error Error `json:"error"`
+	}
+	if json.Unmarshal(raw, &e) != nil || e.Error.Code == "" {
+		e.Error = Error{Code: "unknown", Message: strings.TrimSpace(string(raw))}
+	}
+	e.Error.Status = status
+	return &e.Error
 }
 
 // Spawn starts a job. Trust the notification: do not poll it.
@@ -286,6 +319,27 @@ func (c *Client) Drain(ctx context.Context, session, idemKey string) ([]Notifica
 	}
 	err := c.do(ctx, http.MethodPost, "/v1/sessions/"+session+"/drain", nil, &out, "Idempotency-Key", idemKey)
 	return out.Notifications, err
+}
+
+// Delete removes an ended job.
+func (c *Client) Delete(ctx context.Context, id string) error {
+	return c.do(ctx, http.MethodDelete, "/v1/jobs/"+url.PathEscape(id), nil, nil)
+}
+
+// Remember indexes text in the agent's memory at once (searchable when it
+// returns), under title, for session.
+func (c *Client) Remember(ctx context.Context, session, title, text string) (docID string, err error) {
+	var out struct {
+		DocID string `json:"doc_id"`
+	}
+	err = c.do(ctx, http.MethodPost, "/v1/knowledge", map[string]string{"session": session, "title": title, "text": text}, &out)
+	return out.DocID, err
+}
+
+// Ingest fetches url into the agent's memory as a background job.
+func (c *Client) Ingest(ctx context.Context, session, pageURL string) (*Spawned, error) {
+	var out Spawned
+	return &out, c.do(ctx, http.MethodPost, "/v1/knowledge", map[string]string{"session": session, "url": pageURL}, &out)
 }
 
 // Busy holds resumes for the session for ttl (a turn is running).

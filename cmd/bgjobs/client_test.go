@@ -3,6 +3,8 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
@@ -87,4 +89,132 @@ func TestGoClientAndADrainingAgent(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, "completed", waited.Status)
 	require.Equal(t, "right away", *waited.Result)
+}
+
+// Every method of the Go client against a running server, checked by what
+// an agent would check.
+func TestGoClientCoversTheAPI(t *testing.T) {
+	t.Parallel()
+	base := startServe(t, map[string]string{"BGJOBS_API_KEYS": "alpha:ka", "BGJOBS_AUTO_RESUME": "false", "BGJOBS_TURN_WINDOW": "1m",
+		"BGJOBS_FETCH_ALLOW": "127.0.0.1"})
+	c := bgclient.New(base, "ka")
+	ctx := context.Background()
+	a2aURL, _ := startAgent(t)
+	require.NoError(t, c.PutAgent(ctx, "alpha", bgclient.AgentConfig{A2AURL: a2aURL, SubagentTypes: map[string]string{"researcher": "You research."}}))
+	echo := func(session, text string, delayMS int) bgclient.SpawnRequest {
+		return bgclient.SpawnRequest{OriginSession: session, Kind: "work", Work: &bgclient.Work{Type: "echo", Args: map[string]any{"text": text, "delay_ms": delayMS}}}
+	}
+	waitEnded := func(id string) *bgclient.Job {
+		var j *bgclient.Job
+		testenv.Eventually(t, 15*time.Second, id+" to end", func() bool {
+			var err error
+			j, err = c.Get(ctx, id)
+			require.NoError(t, err)
+			return j.Status == "completed" || j.Status == "failed" || j.Status == "cancelled"
+		})
+		return j
+	}
+
+	// Events, from the next one on.
+	events := make(chan bgclient.Event, 100)
+	evCtx, stopEvents := context.WithCancel(ctx)
+	go func() { _ = c.Events(evCtx, "", func(e bgclient.Event) error { events <- e; return nil }) }()
+	time.Sleep(300 * time.Millisecond) // the stream is open
+
+	// A typed error names the field.
+	_, err := c.Spawn(ctx, bgclient.SpawnRequest{OriginSession: "chat-all", Prompt: "p", SubagentType: "painter"})
+	require.ErrorIs(t, err, bgclient.ErrInvalid)
+	var apiErr *bgclient.Error
+	require.ErrorAs(t, err, &apiErr)
+	require.Equal(t, "subagent_type", apiErr.Field)
+
+	// turn_id: two spawns of one turn share its batch.
+	a, err := c.Spawn(ctx, bgclient.SpawnRequest{OriginSession: "chat-all", Prompt: "first", SubagentType: "researcher", TurnID: "turn-1"})
+	require.NoError(t, err)
+	b, err := c.Spawn(ctx, func() bgclient.SpawnRequest { r := echo("chat-all", "second", 0); r.TurnID = "turn-1"; return r }())
+	require.NoError(t, err)
+	require.NotNil(t, a.BatchID)
+	require.Equal(t, *a.BatchID, *b.BatchID)
+	batch, err := c.GetBatch(ctx, *a.BatchID)
+	require.NoError(t, err)
+	require.ElementsMatch(t, []string{a.ID, b.ID}, batch.Jobs)
+	waitEnded(a.ID)
+	waitEnded(b.ID)
+
+	var first bgclient.Event
+	select {
+	case first = <-events:
+	case <-time.After(10 * time.Second):
+		t.Fatal("no event on the stream")
+	}
+	require.Equal(t, "background.started", first.Type)
+	var body struct {
+		JobID string `json:"job_id"`
+	}
+	require.NoError(t, first.Decode(&body))
+	require.Equal(t, a.ID, body.JobID)
+	stopEvents()
+	// Reconnecting after the first event misses nothing and repeats nothing.
+	var replay []bgclient.Event
+	rctx, stop := context.WithTimeout(ctx, 2*time.Second)
+	_ = c.Events(rctx, first.ID, func(e bgclient.Event) error { replay = append(replay, e); return nil })
+	stop()
+	require.NotEmpty(t, replay)
+	for _, e := range replay {
+		require.NotEqual(t, first.ID, e.ID)
+	}
+
+	// Cancel, ack, drain (with a key), delete.
+	slow, err := c.Spawn(ctx, echo("chat-all", "slow", 30000))
+	require.NoError(t, err)
+	cancelled, err := c.Cancel(ctx, slow.ID)
+	require.NoError(t, err)
+	require.Equal(t, "cancelled", waitEnded(cancelled.ID).Status)
+	acked, err := c.Ack(ctx, b.ID)
+	require.NoError(t, err)
+	require.True(t, acked)
+	ns, err := c.Drain(ctx, "chat-all", "drain-1")
+	require.NoError(t, err)
+	again, err := c.Drain(ctx, "chat-all", "drain-1")
+	require.NoError(t, err)
+	require.Equal(t, ns, again, "a repeat with the key answers the same")
+	got := map[string]bool{}
+	for _, n := range ns {
+		got[n.JobID] = true
+	}
+	require.Equal(t, map[string]bool{a.ID: true, slow.ID: true}, got, "the acked job is not drained")
+	require.NoError(t, c.Delete(ctx, slow.ID))
+	_, err = c.Get(ctx, slow.ID)
+	require.ErrorIs(t, err, bgclient.ErrNotFound)
+
+	// wait_ms, list.
+	waited, err := c.Spawn(ctx, func() bgclient.SpawnRequest { r := echo("chat-w", "at once", 0); r.WaitMS = 10000; return r }())
+	require.NoError(t, err)
+	require.Equal(t, "at once", *waited.Result)
+	jobs, _, err := c.List(ctx, "chat-all", "completed", 10, "")
+	require.NoError(t, err)
+	require.Len(t, jobs, 2)
+
+	// Memory: remember, ingest, recall.
+	page := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "text/html")
+		_, _ = w.Write([]byte("<html><head><title>Okapi</title></head><body><p>Okapis live in the Ituri forest.</p></body></html>"))
+	}))
+	t.Cleanup(page.Close)
+	doc, err := c.Remember(ctx, "chat-all", "Field notes", "numbats are striped")
+	require.NoError(t, err)
+	require.NotEmpty(t, doc)
+	hits, _, err := c.Recall(ctx, "numbats", "", 5)
+	require.NoError(t, err)
+	require.NotEmpty(t, hits)
+	ing, err := c.Ingest(ctx, "chat-all", page.URL)
+	require.NoError(t, err)
+	require.Equal(t, "completed", waitEnded(ing.ID).Status)
+	testenv.Eventually(t, 10*time.Second, "the ingested page to be searchable", func() bool {
+		hits, _, err := c.Recall(ctx, "okapis", "chat-all", 5)
+		return err == nil && len(hits) > 0
+	})
+	agent, err := c.GetAgent(ctx, "alpha")
+	require.NoError(t, err)
+	require.Equal(t, a2aURL, agent.A2AURL)
 }
