@@ -12,6 +12,7 @@ import (
 	"github.com/labstack/echo/v4"
 
 	"github.com/bgjobs/bgjobs"
+	"github.com/bgjobs/bgjobs/handlers/console"
 	"github.com/bgjobs/bgjobs/tasks"
 )
 
@@ -86,7 +87,10 @@ func credential(c echo.Context) string {
 	if !ok {
 		key = "" // only the Bearer scheme carries a key
 	}
-	if !ok && c.Request().Method == http.MethodGet {
+	// The cookie signs in page views, and the console's own buttons (htmx
+	// from this origin); any other request with side effects needs the
+	// header, so no other site can ride on the cookie.
+	if !ok && (c.Request().Method == http.MethodGet || console.FromConsole(c.Request())) {
 		if ck, err := c.Cookie(keyCookie); err == nil {
 			key = ck.Value
 		}

@@ -6,10 +6,13 @@ import (
 	"errors"
 	"log/slog"
 	"net/http"
+	"strings"
 
 	"github.com/labstack/echo/v4"
 
 	"github.com/bgjobs/bgjobs"
+	"github.com/bgjobs/bgjobs/handlers/console"
+	"github.com/bgjobs/bgjobs/web"
 )
 
 // statusOf is the one table from error code to HTTP status.
@@ -49,6 +52,13 @@ type errorDetail struct {
 // errorHandler is Echo's HTTPErrorHandler: every error leaves as
 // {"error": {...}} with the status of its code. Only internal errors are
 // logged, with their detail; the client sees a generic message for those.
+// wantsPage reports whether a request is a browser's for a console page.
+func wantsPage(r *http.Request) bool {
+	p := r.URL.Path
+	return r.Method == http.MethodGet && strings.Contains(r.Header.Get("Accept"), "text/html") && r.Header.Get("HX-Request") == "" &&
+		!strings.HasPrefix(p, "/v1/") && p != "/mcp" && !strings.HasPrefix(p, "/monitoring/api/")
+}
+
 func errorHandler(log *slog.Logger) echo.HTTPErrorHandler {
 	return func(err error, c echo.Context) {
 		if c.Response().Committed {
@@ -84,6 +94,13 @@ func errorHandler(log *slog.Logger) echo.HTTPErrorHandler {
 		}
 		if c.Request().Method == http.MethodHead {
 			_ = c.NoContent(status)
+			return
+		}
+		if wantsPage(c.Request()) {
+			// A person at a console page gets a page, not JSON.
+			c.Response().Header().Set(echo.HeaderContentType, echo.MIMETextHTMLCharsetUTF8)
+			c.Response().WriteHeader(status)
+			_ = web.Render(c.Response(), "error", console.Page{Title: http.StatusText(status), Error: detail.Message})
 			return
 		}
 		_ = c.JSON(status, errorBody{Error: detail})

@@ -8,6 +8,7 @@ import (
 	"github.com/labstack/echo/v4/middleware"
 
 	"github.com/bgjobs/bgjobs"
+	"github.com/bgjobs/bgjobs/handlers/console"
 	"github.com/bgjobs/bgjobs/handlers/openapi"
 	"github.com/bgjobs/bgjobs/tasks"
 	"github.com/bgjobs/bgjobs/web"
@@ -84,14 +85,17 @@ func addRoutes(e *echo.Echo, d Deps, auth *authenticator) {
 	e.POST("/login", handleLogin(auth), securityHeaders)
 	e.POST("/logout", handleLogout(), securityHeaders)
 	pages := e.Group("", securityHeaders, auth.pageAuth)
-	pages.GET("/", handleConsole(m))
-	pages.GET("/console/jobs", handleConsoleJobs(m))
-	pages.GET("/jobs/:id", handleViewer(m))
-	pages.GET("/memory", handleMemoryPage(m, mem))
-	pages.GET("/batches/:id", handleBatchPage(m))
+	cons := console.New(m, mem, pageCaller)
+	pages.GET("/", cons.Home)
+	pages.GET("/console/jobs/:id", cons.Row)
+	pages.POST("/console/jobs/:id/:action", cons.Action, console.Origin)
+	pages.GET("/console/batches/:id/state", cons.BatchState)
+	pages.GET("/jobs/:id", cons.Viewer)
+	pages.GET("/memory", cons.Memory)
+	pages.GET("/batches/:id", cons.Batch)
 	if d.Monitoring != nil {
 		pages.Match([]string{http.MethodGet, http.MethodPost, http.MethodPut, http.MethodDelete, http.MethodPatch, http.MethodHead, http.MethodOptions},
-			"/monitoring/*", echo.WrapHandler(d.Monitoring), adminOnly, monitoringHeaders(d.Monitoring))
+			"/monitoring/*", echo.WrapHandler(d.Monitoring), cons.AdminOnly, console.MonitoringHeaders(d.Monitoring))
 	}
 
 	// Session ids may contain "/", so the action is the last path segment.

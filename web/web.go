@@ -42,7 +42,30 @@ var pages = template.Must(template.New("").Funcs(template.FuncMap{
 		return bgjobs.Excerpt(*s, 600)
 	},
 	"markdown": Markdown,
-	"snippet":  Snippet,
+	"clock": func(v any) string {
+		var t time.Time
+		switch x := v.(type) {
+		case time.Time:
+			t = x
+		case *time.Time:
+			if x == nil {
+				return ""
+			}
+			t = *x
+		}
+		return t.UTC().Format("Jan 2 15:04:05")
+	},
+	"duration": func(j *bgjobs.Job) string {
+		if j.StartedAt == nil {
+			return ""
+		}
+		end := time.Now()
+		if j.CompletedAt != nil {
+			end = *j.CompletedAt
+		}
+		return end.Sub(*j.StartedAt).Round(time.Millisecond).String()
+	},
+	"snippet": Snippet,
 	"deref": func(s *string) string {
 		if s == nil {
 			return ""

@@ -95,8 +95,7 @@ func TestConsoleInABrowser(t *testing.T) {
 	require.Equal(t, http.StatusOK, code)
 	ctx := browser(t)
 	open(t, ctx, base+"/", "#jobs")
-	until(t, ctx, "the live stream connected", `!!document.querySelector('[sse-connect]')`)
-	time.Sleep(500 * time.Millisecond) // the EventSource opens
+	until(t, ctx, "the live stream connected", `document.body.dataset.live === '1'`)
 	shot(t, ctx, "1-empty")
 
 	// A slow turn with streamed progress, spawned through the API.
@@ -108,6 +107,12 @@ func TestConsoleInABrowser(t *testing.T) {
 	until(t, ctx, "progress on the running card", `(document.querySelector('[data-job="`+turnID+`"] .progress')||{textContent:''}).textContent.includes('of 3')`)
 	shot(t, ctx, "2-running")
 	until(t, ctx, "the pill falling back", `document.querySelector('#running-count').textContent.trim() === '0'`)
+	// Live updates patch the row an event names, never the whole list: a
+	// streaming turn's events cost a few row fetches.
+	fetches, err := chromedp.Run(ctx, chromedp.Evaluate[int](`performance.getEntriesByType('resource').filter(function(e){return e.name.indexOf('/console/jobs/')>=0}).length`))
+	require.NoError(t, err)
+	require.LessOrEqual(t, fetches, 12, "row fetches for one streaming turn")
+	t.Logf("row fetches for one streaming turn with 3 progress updates: %d", fetches)
 	until(t, ctx, "the unread dot", `!document.querySelector('#unread').hidden`)
 	shot(t, ctx, "3-unread")
 	click(t, ctx, "#jobs")
@@ -133,4 +138,81 @@ func TestConsoleInABrowser(t *testing.T) {
 	shot(t, ctx, "5-hostile")
 	require.False(t, pwned, "injected code ran")
 	require.Contains(t, text(ctx, ".markdown h1"), "Findings")
+}
+
+// The console as an operator uses it: sign in as the admin, switch agents,
+// cancel, retry and delete jobs from their rows and see each row change
+// live, open a batch page listing its members, read a report with a table,
+// code and a quote, meet an HTML error page, and a header that fits a
+// phone.
+func TestConsoleActionsInABrowser(t *testing.T) {
+	t.Parallel()
+	base := startServe(t, map[string]string{"BGJOBS_API_KEYS": "alpha:ka,beta:kb", "BGJOBS_ADMIN_KEY": "adm", "BGJOBS_AUTO_RESUME": "false"})
+	a, b := client{t: t, base: base, key: "ka"}, client{t: t, base: base, key: "kb"}
+	echo := func(c client, desc, text string, delayMS int, fail bool) string {
+		code, j := c.do("POST", "/v1/jobs", map[string]any{"origin_session": "chat-ops", "kind": "work", "description": desc,
+			"work": map[string]any{"type": "echo", "args": map[string]any{"text": text, "delay_ms": delayMS, "fail": fail}}})
+		require.Equal(t, http.StatusAccepted, code, "%v", j)
+		return j["id"].(string)
+	}
+	report := "# Findings\n\n| ship | fuel |\n| --- | --- |\n| Aurora | 412 t |\n| Borealis | 388 t |\n\n> Figures from the harbour master.\n\n```go\nfmt.Println(\"ok\")\n```\n"
+	done := echo(a, "Fleet report", report, 0, false)
+	slow := echo(a, "Slow survey", "slow", 60000, false)
+	broken := echo(a, "Broken job", "it broke", 1500, true)
+	echo(b, "Beta job", "beta", 0, false)
+	_, bt := a.do("POST", "/v1/batches", map[string]any{"origin_session": "chat-ops", "jobs": []any{
+		map[string]any{"kind": "work", "description": "Member one", "work": map[string]any{"type": "echo", "args": map[string]any{"text": "1", "delay_ms": 1500}}},
+		map[string]any{"kind": "work", "description": "Member two", "work": map[string]any{"type": "echo", "args": map[string]any{"text": "2", "delay_ms": 1500}}},
+	}})
+	bid := bt["batch_id"].(string)
+	a.waitStatus(done, "completed")
+	a.waitStatus(broken, "failed")
+
+	ctx := browser(t)
+	open(t, ctx, base+"/login", "input[name=key]")
+	require.NoError(t, chromedp.Do(ctx, chromedp.SendKeys("input[name=key]", "adm"), chromedp.Submit("input[name=key]")))
+	until(t, ctx, "alpha's jobs for the admin", `document.querySelector('#jobs').innerText.includes('Slow survey')`)
+	until(t, ctx, "the live stream", `document.body.dataset.live === '1'`)
+	until(t, ctx, "queued and running counted apart", `/\d+ queued · \d+ running/.test(document.querySelector('#pill').innerText)`)
+	shot(t, ctx, "console-list")
+
+	// The switcher: beta's jobs, not alpha's; then back.
+	_, err := chromedp.Run(ctx, chromedp.Evaluate[bool](`(function(){var s=document.querySelector('#agent'); s.value='beta'; s.dispatchEvent(new Event('change')); return true})()`))
+	require.NoError(t, err)
+	until(t, ctx, "beta's jobs", `document.querySelector('#jobs').innerText.includes('Beta job') && !document.querySelector('#jobs').innerText.includes('Slow survey')`)
+	open(t, ctx, base+"/?agent=alpha", "#job-"+slow)
+	until(t, ctx, "the live stream", `document.body.dataset.live === '1'`)
+
+	// Cancel, retry, delete: each row changes in place.
+	click(t, ctx, "#job-"+slow+" .act.cancel")
+	until(t, ctx, "the cancelled row", `document.querySelector('#job-`+slow+`').classList.contains('cancelled')`)
+	click(t, ctx, "#job-"+broken+" .act.retry")
+	until(t, ctx, "the retried row running again", `!document.querySelector('#job-`+broken+`').classList.contains('failed')`)
+	until(t, ctx, "the retry's outcome, live", `document.querySelector('#job-`+broken+`').classList.contains('failed') && document.querySelector('#job-`+broken+` .facts').innerText.includes('attempts 2')`)
+	click(t, ctx, "#job-"+slow+" .act.delete")
+	until(t, ctx, "the deleted row gone", `!document.querySelector('#job-`+slow+`')`)
+	code, _ := a.do("GET", "/v1/jobs/"+slow, nil)
+	require.Equal(t, http.StatusNotFound, code, "deleted for the API too")
+
+	// A batch page: its members by title, their status live, the join.
+	open(t, ctx, base+"/batches/"+bid+"?agent=alpha", "#members")
+	until(t, ctx, "the members by title", `document.querySelector('#members').innerText.includes('Member one') && document.querySelector('#members').innerText.includes('Member two')`)
+	until(t, ctx, "the members completing and the join, live", `document.querySelectorAll('#members .job.completed').length === 2 && document.querySelector('#batch-state').innerText.includes('Joined')`)
+	shot(t, ctx, "console-batch")
+
+	// The viewer: the job's details, a table, code and a quote.
+	open(t, ctx, base+"/jobs/"+done+"?agent=alpha", ".markdown table")
+	until(t, ctx, "code and a quote", `!!document.querySelector('.markdown pre code') && !!document.querySelector('.markdown blockquote')`)
+	until(t, ctx, "the job's details", `document.querySelector('.facts').innerText.includes('attempts 1') || document.querySelector('.facts').innerText.includes('attempt 1')`)
+	shot(t, ctx, "console-viewer")
+
+	// A missing job: an HTML page, not JSON.
+	open(t, ctx, base+"/jobs/bg-000000000000?agent=alpha", ".card")
+	until(t, ctx, "a page saying so", `document.querySelector('.card').innerText.includes('Not Found')`)
+
+	// A phone: the header stays one line.
+	require.NoError(t, chromedp.Do(ctx, chromedp.EmulateViewport(375, 740)))
+	open(t, ctx, base+"/?agent=alpha", "#jobs")
+	until(t, ctx, "a one-line header that fits", `document.querySelector('.bar').getBoundingClientRect().height < 60 && document.querySelector('.bar').scrollWidth <= document.querySelector('.bar').clientWidth`)
+	shot(t, ctx, "console-phone")
 }

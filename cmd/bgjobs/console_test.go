@@ -1,6 +1,8 @@
 package main
 
 import (
+	"fmt"
+	"html"
 	"io"
 	"net/http"
 	"net/url"
@@ -126,4 +128,71 @@ func TestConsolePagesAndTheirDefences(t *testing.T) {
 	resp, mon := getPage(t, "GET", base+"/monitoring/", "", "adm")
 	require.Equal(t, http.StatusOK, resp.StatusCode)
 	require.Contains(t, strings.ToLower(mon), "<html")
+}
+
+// The console pages beyond the newest 100 and finds a job by id or text;
+// its buttons work only from its own page (htmx, same origin), never for
+// a cross-site form riding on the cookie.
+func TestConsolePagingSearchAndActions(t *testing.T) {
+	t.Parallel()
+	base := startServe(t, map[string]string{"BGJOBS_API_KEYS": "alpha:ka", "BGJOBS_AUTO_RESUME": "false"})
+	a := client{t: t, base: base, key: "ka"}
+	var ids []string
+	for i := range 120 {
+		_, j := a.do("POST", "/v1/jobs", map[string]any{"origin_session": "chat-p", "kind": "work", "description": fmt.Sprintf("Job number %03d", i),
+			"work": map[string]any{"type": "echo", "args": map[string]any{"text": fmt.Sprintf("result %03d", i)}}})
+		ids = append(ids, j["id"].(string))
+	}
+	a.waitStatus(ids[119], "completed")
+	a.waitStatus(ids[0], "completed")
+
+	rows := regexp.MustCompile(`<li id="job-`)
+	_, home := getPage(t, "GET", base+"/", "ka", "")
+	require.Len(t, rows.FindAllString(home, -1), 100, "the newest 100")
+	older := regexp.MustCompile(`class="button older" href="([^"]+)"`).FindStringSubmatch(home)
+	require.NotNil(t, older, "a link to older jobs")
+	_, page2 := getPage(t, "GET", base+html.UnescapeString(older[1]), "ka", "")
+	require.Len(t, rows.FindAllString(page2, -1), 20)
+	require.Contains(t, page2, "Job number 000")
+
+	_, found := getPage(t, "GET", base+"/?q="+ids[5], "ka", "")
+	require.Len(t, rows.FindAllString(found, -1), 1)
+	require.Contains(t, found, "Job number 005")
+	_, found = getPage(t, "GET", base+"/?q="+url.QueryEscape("result 01"), "ka", "")
+	require.Len(t, rows.FindAllString(found, -1), 10, "results 010–019 match by text")
+	_, none := getPage(t, "GET", base+"/?q=zebra", "ka", "")
+	require.Contains(t, none, "No jobs match.")
+
+	// The buttons: a cross-site form with the cookie is refused; the
+	// console's own htmx request deletes.
+	post := func(hdr map[string]string) int {
+		req, _ := http.NewRequest("POST", base+"/console/jobs/"+ids[3]+"/delete", nil)
+		req.AddCookie(&http.Cookie{Name: "bgjobs_key", Value: "ka"})
+		for k, v := range hdr {
+			req.Header.Set(k, v)
+		}
+		resp, err := noClient.Do(req)
+		require.NoError(t, err)
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	require.NotEqual(t, http.StatusOK, post(map[string]string{"Origin": "https://evil.example"}), "a cross-site form")
+	require.NotEqual(t, http.StatusOK, post(map[string]string{"HX-Request": "true", "Origin": "https://evil.example"}), "another origin")
+	code, _ := a.do("GET", "/v1/jobs/"+ids[3], nil)
+	require.Equal(t, http.StatusOK, code, "nothing deleted")
+	require.Equal(t, http.StatusOK, post(map[string]string{"HX-Request": "true", "Origin": base}))
+	code, _ = a.do("GET", "/v1/jobs/"+ids[3], nil)
+	require.Equal(t, http.StatusNotFound, code)
+
+	// A missing job's page is HTML for a browser.
+	req, _ := http.NewRequest("GET", base+"/jobs/bg-000000000000", nil)
+	req.Header.Set("Accept", "text/html")
+	req.AddCookie(&http.Cookie{Name: "bgjobs_key", Value: "ka"})
+	resp, err := noClient.Do(req)
+	require.NoError(t, err)
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	require.Equal(t, http.StatusNotFound, resp.StatusCode)
+	require.Contains(t, resp.Header.Get("Content-Type"), "text/html")
+	require.Contains(t, string(b), "no job bg-000000000000")
 }
