@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/labstack/echo/v4"
@@ -53,9 +54,13 @@ func setCaller(c echo.Context, who caller) {
 // constant time, against every configured key, so neither timing nor
 // length tells a guess how close it came.
 type authenticator struct {
-	open   bool
-	agents []keyEntry
-	admin  *[32]byte
+	// open is true in open mode (no key anywhere) until a stored key
+	// appears: isOpen checks for one at most every openRecheck.
+	open    atomic.Bool
+	checked atomic.Int64
+	count   func(ctx context.Context) (int64, error)
+	agents  []keyEntry
+	admin   *[32]byte
 	// stored looks up keys made with `bgjobs keys create` (kept in Redis
 	// as digests), through a short cache so revocation takes effect
 	// within storedKeyTTL.
@@ -67,8 +72,9 @@ type keyEntry struct {
 	agent string
 }
 
-func newAuthenticator(cfg bgjobs.Config, lookup func(ctx context.Context, key string) (string, error)) *authenticator {
-	a := &authenticator{open: cfg.OpenMode(), stored: &storedKeys{lookup: lookup, cache: map[string]storedKey{}}}
+func newAuthenticator(cfg bgjobs.Config, lookup func(ctx context.Context, key string) (string, error), count func(ctx context.Context) (int64, error)) *authenticator {
+	a := &authenticator{count: count, stored: &storedKeys{lookup: lookup, cache: map[string]storedKey{}}}
+	a.open.Store(cfg.OpenMode())
 	for key, agent := range cfg.APIKeys {
 		a.agents = append(a.agents, keyEntry{sha256.Sum256([]byte(key)), agent})
 	}
@@ -130,10 +136,29 @@ func (a *authenticator) resolve(key string) (caller, bool) {
 	return found, ok == 1
 }
 
+// openRecheck bounds how long open mode outlives the first key made with
+// `bgjobs keys create` while the server runs.
+const openRecheck = 2 * time.Second
+
+// isOpen reports open mode: no key configured and none stored yet. Once a
+// stored key appears (checked at most every openRecheck) it ends for good.
+func (a *authenticator) isOpen(ctx context.Context) bool {
+	if !a.open.Load() {
+		return false
+	}
+	now, last := time.Now().UnixMilli(), a.checked.Load()
+	if now-last >= openRecheck.Milliseconds() && a.checked.CompareAndSwap(last, now) {
+		if n, err := a.count(ctx); err == nil && n > 0 {
+			a.open.Store(false)
+		}
+	}
+	return a.open.Load()
+}
+
 // middleware authenticates every /v1 request and stores the caller.
 func (a *authenticator) middleware(next echo.HandlerFunc) echo.HandlerFunc {
 	return func(c echo.Context) error {
-		if a.open {
+		if a.isOpen(c.Request().Context()) {
 			setCaller(c, caller{agent: OpenAgent, admin: true})
 			return next(c)
 		}

@@ -35,7 +35,7 @@ func securityHeaders(next echo.HandlerFunc) echo.HandlerFunc {
 // sign-in cookie; anyone else is sent to the sign-in page.
 func (a *authenticator) pageAuth(next echo.HandlerFunc) echo.HandlerFunc {
 	return func(c echo.Context) error {
-		if a.open {
+		if a.isOpen(c.Request().Context()) {
 			setCaller(c, caller{agent: OpenAgent, admin: true})
 			return next(c)
 		}

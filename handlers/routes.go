@@ -44,7 +44,7 @@ func NewServer(cfg bgjobs.Config, d Deps) http.Handler {
 	e.JSONSerializer = jsonSerializer{}
 	e.Use(middleware.Recover())
 	e.Use(requestLog(log))
-	addRoutes(e, d, newAuthenticator(cfg, d.Manager.AgentOfKey))
+	addRoutes(e, d, newAuthenticator(cfg, d.Manager.AgentOfKey, d.Manager.StoredKeyCount))
 	return e
 }
 

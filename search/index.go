@@ -22,6 +22,8 @@ import (
 // lock: one process per directory).
 type Index struct {
 	path string
+	// lock is held while the index is open: one process at a time.
+	lock *os.File
 	mu   sync.RWMutex
 	idx  bleve.Index
 }
@@ -42,6 +44,20 @@ func Open(dir string, log *slog.Logger) (x *Index, rebuilt bool, err error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, false, err
 	}
+	lock, err := lockDir(dir)
+	if err != nil {
+		return nil, false, err
+	}
+	x, rebuilt, err = open(dir, log)
+	if err != nil {
+		lock.Close()
+		return nil, false, err
+	}
+	x.lock = lock
+	return x, rebuilt, nil
+}
+
+func open(dir string, log *slog.Logger) (x *Index, rebuilt bool, err error) {
 	path := filepath.Join(dir, "index.bleve")
 	idx, err := bleve.Open(path)
 	switch {
@@ -67,7 +83,11 @@ func Open(dir string, log *slog.Logger) (x *Index, rebuilt bool, err error) {
 func (x *Index) Close() error {
 	x.mu.Lock()
 	defer x.mu.Unlock()
-	return x.idx.Close()
+	err := x.idx.Close()
+	if x.lock != nil {
+		x.lock.Close()
+	}
+	return err
 }
 
 // Checkpoint is the last stream entry applied.

@@ -198,13 +198,23 @@ func splitID(id string) (uint64, uint64) {
 // stream, and returns how many documents it holds. The serving process
 // must be stopped: bleve allows one process per index directory.
 func Rebuild(ctx context.Context, dir string, rdb redis.UniversalClient, stream string, log *slog.Logger) (uint64, error) {
-	if err := os.RemoveAll(filepath.Join(dir, "index.bleve")); err != nil {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return 0, err
 	}
-	x, _, err := Open(dir, log)
+	lock, err := lockDir(dir) // refuses while a serve holds the index
 	if err != nil {
 		return 0, err
 	}
+	if err := os.RemoveAll(filepath.Join(dir, "index.bleve")); err != nil {
+		lock.Close()
+		return 0, err
+	}
+	x, _, err := open(dir, log)
+	if err != nil {
+		lock.Close()
+		return 0, err
+	}
+	x.lock = lock
 	defer x.Close()
 	w := &Writer{RDB: rdb, Stream: stream, Index: x, Log: log, BatchMax: 500}
 	from := StreamStart

@@ -66,6 +66,45 @@ func (o *opsEnv) printJobs(jobs []*bgjobs.Job) error {
 	return w.Flush()
 }
 
+// showJob prints one job for a person: its fields, then its result or
+// error whole.
+func showJob(out io.Writer, j *bgjobs.Job) error {
+	w := tabwriter.NewWriter(out, 2, 4, 2, ' ', 0)
+	at := func(t *time.Time) string {
+		if t == nil {
+			return "-"
+		}
+		return t.Format(time.RFC3339)
+	}
+	for _, f := range [][2]string{
+		{"ID", j.ID}, {"Agent", j.Agent}, {"Session", j.OriginSession}, {"Kind", string(j.Kind) + " " + j.SubagentType + j.WorkType},
+		{"Description", j.Description}, {"Status", string(j.Status)}, {"Attempts", fmt.Sprint(j.Attempts)},
+		{"Notified", fmt.Sprint(j.Notified)}, {"Batch", cmp.Or(deref(j.BatchID), "-")}, {"Resume", cmp.Or(j.ResumeState, "-")},
+		{"Created", j.CreatedAt.Format(time.RFC3339)}, {"Started", at(j.StartedAt)}, {"Ended", at(j.CompletedAt)},
+	} {
+		fmt.Fprintf(w, "%s:\t%s\n", f[0], f[1])
+	}
+	if err := w.Flush(); err != nil {
+		return err
+	}
+	switch {
+	case j.Result != nil:
+		_, err := fmt.Fprintf(out, "\n%s\n", *j.Result)
+		return err
+	case j.Error != nil:
+		_, err := fmt.Fprintf(out, "\nError: %s\n", *j.Error)
+		return err
+	}
+	return nil
+}
+
+func deref(s *string) string {
+	if s == nil {
+		return ""
+	}
+	return *s
+}
+
 func opsCommands(ctx context.Context, getenv func(string) string, stdout io.Writer) []*cobra.Command {
 	return []*cobra.Command{jobsCmd(ctx, getenv, stdout), retryCmd(ctx, getenv, stdout), cancelCmd(ctx, getenv, stdout),
 		purgeCmd(ctx, getenv, stdout), statsCmd(ctx, getenv, stdout), keysCmd(ctx, getenv, stdout)}
@@ -115,7 +154,7 @@ func jobsCmd(ctx context.Context, getenv func(string) string, stdout io.Writer) 
 
 	show := &opsEnv{ctx: ctx, getenv: getenv, stdout: stdout}
 	showCmd := show.flags(&cobra.Command{
-		Use: "show <id>…", Short: "Show jobs whole (JSON)", Args: cobra.MinimumNArgs(1),
+		Use: "show <id>…", Short: "Show jobs whole: every field, the result and the error", Args: cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, ids []string) error {
 			m, done, err := show.manager(cmd)
 			if err != nil {
@@ -125,12 +164,20 @@ func jobsCmd(ctx context.Context, getenv func(string) string, stdout io.Writer) 
 			enc := json.NewEncoder(stdout)
 			enc.SetIndent("", "  ")
 			enc.SetEscapeHTML(false)
-			for _, id := range ids {
+			for i, id := range ids {
 				j, err := m.Lookup(ctx, id)
 				if err != nil {
 					return err
 				}
-				if err := enc.Encode(j); err != nil {
+				if show.asJSON {
+					err = enc.Encode(j)
+				} else {
+					if i > 0 {
+						fmt.Fprintln(stdout)
+					}
+					err = showJob(stdout, j)
+				}
+				if err != nil {
 					return err
 				}
 			}
@@ -233,6 +280,7 @@ func purgeCmd(ctx context.Context, getenv func(string) string, stdout io.Writer)
 		},
 	})
 	cmd.Flags().StringVar(&status, "status", "", "only these statuses, comma separated (completed, failed, cancelled)")
+	cmd.Flags().StringVar(&req.Agent, "agent", "", "only this agent's jobs (default: every agent's)")
 	cmd.Flags().DurationVar(&req.OlderThan, "older-than", 0, "only jobs that ended longer ago than this (e.g. 72h)")
 	cmd.Flags().BoolVar(&req.DryRun, "dry-run", false, "list what would be purged; change nothing")
 	return cmd

@@ -1,8 +1,13 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
+	"net/http"
+	"os"
+	"os/exec"
 	"strings"
 	"testing"
 	"time"
@@ -101,7 +106,7 @@ func TestRetryAndPurgeFromTheCLI(t *testing.T) {
 	require.Len(t, listed, 2)
 	out, err = cli(t, srv.URL(), "jobs", "show", undrained)
 	require.NoError(t, err)
-	require.Contains(t, out, `"result": "unread"`)
+	require.Contains(t, out, "\nunread\n", "the result, whole")
 }
 
 func TestStoredKeys(t *testing.T) {
@@ -123,6 +128,27 @@ func TestStoredKeys(t *testing.T) {
 		code, _ := client{t: t, base: base, key: key}.do("GET", "/v1/jobs", nil)
 		return code == 401
 	})
+}
+
+// A key made while a server runs in open mode ends open mode on that
+// server within seconds, without a restart.
+func TestKeysTakeEffectOnARunningServer(t *testing.T) {
+	t.Parallel()
+	srv := testenv.StartRedisServer(t)
+	base, _ := serveOn(t, srv.URL(), nil)
+	code, _ := client{t: t, base: base}.do("GET", "/v1/jobs", nil)
+	require.Equal(t, 200, code, "open mode")
+	start := time.Now()
+	key, err := cli(t, srv.URL(), "keys", "create", "delta")
+	require.NoError(t, err)
+	key = strings.TrimSpace(key)
+	testenv.Eventually(t, 10*time.Second, "open mode to end", func() bool {
+		code, _ := client{t: t, base: base}.do("GET", "/v1/jobs", nil)
+		return code == 401
+	})
+	t.Logf("open mode ended %v after the key was made", time.Since(start).Round(10*time.Millisecond))
+	code, _ = client{t: t, base: base, key: key}.do("GET", "/v1/jobs", nil)
+	require.Equal(t, 200, code)
 }
 
 // The CLI with asynq's manners: every agent's jobs by default, a friendly
@@ -176,4 +202,107 @@ func TestOperatorCommands(t *testing.T) {
 	env := map[string]string{"REDIS_URL": srv.URL(), "BGJOBS_API_KEYS": "alpha:from-env"}
 	err = run(ctx, []string{"keys", "revoke", "alpha"}, func(k string) string { return env[k] }, envOut, envOut)
 	require.ErrorContains(t, err, "BGJOBS_API_KEYS", "a key from the environment cannot be revoked here")
+}
+
+// binCLI runs the built bgjobs binary with env and returns its stdout,
+// stderr and exit code.
+func binCLI(t *testing.T, env []string, args ...string) (string, string, int) {
+	t.Helper()
+	bin, err := buildBinary()
+	require.NoError(t, err)
+	cmd := exec.Command(bin, args...)
+	cmd.Env = append(os.Environ(), env...)
+	var out, errOut bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errOut
+	err = cmd.Run()
+	code := 0
+	var ee *exec.ExitError
+	if errors.As(err, &ee) {
+		code = ee.ExitCode()
+	} else {
+		require.NoError(t, err)
+	}
+	return out.String(), errOut.String(), code
+}
+
+// The operator's CLI, run as the real binary: an all-agents view, friendly
+// empty results, usage on a bad flag, dry runs that say so, purge per
+// agent, show as text or JSON, worker help without a listen address, a
+// revoke that cannot, and a reindex that refuses beside a running serve.
+func TestCLIWithTheRealBinary(t *testing.T) {
+	t.Parallel()
+	srv := testenv.StartRedisServer(t)
+	m := privateManager(t, srv)
+	ctx := context.Background()
+	env := []string{"REDIS_URL=" + srv.URL(), "BGJOBS_API_KEYS=", "BGJOBS_ADMIN_KEY="}
+
+	out, _, code := binCLI(t, env, "jobs", "ls")
+	require.Equal(t, 0, code)
+	require.Equal(t, "no jobs\n", out)
+
+	ids := map[string]string{}
+	for _, agent := range []string{"alpha", "beta"} {
+		j, _, err := m.Spawn(ctx, tasks.SpawnRequest{Agent: agent, OriginSession: "s", Kind: bgjobs.KindWork,
+			Description: "echo for " + agent, Work: &bgjobs.WorkSpec{Type: "echo", Args: json.RawMessage(`{"text":"done by ` + agent + `"}`)}})
+		require.NoError(t, err)
+		_, err = m.Cancel(ctx, agent, j.ID) // no worker runs here
+		require.NoError(t, err)
+		ids[agent] = j.ID
+		_, err = m.Ack(ctx, agent, j.ID)
+		require.NoError(t, err)
+	}
+	out, _, code = binCLI(t, env, "jobs", "ls")
+	require.Equal(t, 0, code)
+	require.Contains(t, out, "echo for alpha")
+	require.Contains(t, out, "echo for beta")
+
+	_, stderr, code := binCLI(t, env, "jobs", "ls", "--bogus")
+	require.NotEqual(t, 0, code)
+	require.Contains(t, stderr, "unknown flag: --bogus")
+	require.Contains(t, stderr, "Usage:", "a bad flag prints the usage")
+
+	out, _, code = binCLI(t, env, "purge", "--dry-run", "--agent", "alpha")
+	require.Equal(t, 0, code)
+	require.Contains(t, out, "would purge 1 job(s)", "a dry run says so")
+	require.Contains(t, out, ids["alpha"])
+	require.NotContains(t, out, ids["beta"], "--agent purges one agent's jobs")
+	out, _, code = binCLI(t, env, "purge", "--agent", "beta")
+	require.Equal(t, 0, code)
+	require.Contains(t, out, "purged 1 job(s)")
+	_, err := m.Get(ctx, "beta", ids["beta"])
+	require.Equal(t, bgjobs.ENotFound, bgjobs.ErrorCode(err))
+	_, err = m.Get(ctx, "alpha", ids["alpha"])
+	require.NoError(t, err, "alpha's job stays")
+
+	text, _, code := binCLI(t, env, "jobs", "show", ids["alpha"])
+	require.Equal(t, 0, code)
+	require.Regexp(t, `(?m)^Status:\s+cancelled$`, text)
+	js, _, code := binCLI(t, env, "jobs", "show", "--json", ids["alpha"])
+	require.Equal(t, 0, code)
+	var row map[string]any
+	require.NoError(t, json.Unmarshal([]byte(js), &row))
+	require.Equal(t, "cancelled", row["status"])
+	require.NotEqual(t, text, js)
+
+	help, _, code := binCLI(t, env, "worker", "--help")
+	require.Equal(t, 0, code)
+	require.NotContains(t, help, "--addr", "a worker listens nowhere")
+	serveHelp, _, _ := binCLI(t, env, "serve", "--help")
+	require.Contains(t, serveHelp, "--addr")
+
+	_, stderr, code = binCLI(t, append(env, "BGJOBS_API_KEYS=alpha:from-env"), "keys", "revoke", "alpha")
+	require.NotEqual(t, 0, code)
+	require.Contains(t, stderr, "BGJOBS_API_KEYS")
+
+	// reindex beside a running serve of the same index: refused, the serve
+	// keeps its index.
+	dataDir := t.TempDir()
+	_, base := startServeProcess(t, srv.URL(), dataDir, &lockedBuffer{})
+	_, stderr, code = binCLI(t, append(env, "BGJOBS_DATA_DIR="+dataDir), "reindex")
+	require.NotEqual(t, 0, code)
+	require.Contains(t, stderr, "in use by a running bgjobs serve")
+	resp, err := http.Get(base + "/readyz")
+	require.NoError(t, err)
+	resp.Body.Close()
+	require.Equal(t, http.StatusOK, resp.StatusCode)
 }

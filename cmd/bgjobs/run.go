@@ -22,6 +22,12 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
+	// A bad flag or argument prints the command's usage with the error.
+	root.SetFlagErrorFunc(func(cmd *cobra.Command, err error) error {
+		cmd.PrintErrln("Error:", err)
+		cmd.PrintErrln(cmd.UsageString())
+		return err
+	})
 	root.SetArgs(args)
 	root.SetOut(stdout)
 	root.SetErr(stderr)
@@ -58,7 +64,9 @@ func processCmd(ctx context.Context, name, short string, mode app.Mode, getenv f
 			return app.Run(ctx, cfg, mode, stdout, app.Options{})
 		},
 	}
-	cmd.Flags().StringVar(&addr, "addr", bgjobs.AddrDefault, "listen address (BGJOBS_ADDR)")
+	if mode == app.ModeServe { // a worker listens nowhere
+		cmd.Flags().StringVar(&addr, "addr", bgjobs.AddrDefault, "listen address (BGJOBS_ADDR)")
+	}
 	cmd.Flags().StringVar(&redisURL, "redis-url", "", "Redis URL: redis://, rediss://, redis-sentinel:// (REDIS_URL); empty: embedded")
 	cmd.Flags().StringVar(&dataDir, "data-dir", bgjobs.DataDirDefault, "search index directory (BGJOBS_DATA_DIR)")
 	return cmd

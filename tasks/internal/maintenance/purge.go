@@ -15,6 +15,8 @@ type PurgeRequest struct {
 	Statuses []bgjobs.Status
 	// OlderThan keeps jobs that ended more recently.
 	OlderThan time.Duration
+	// Agent, when set, purges only this agent's jobs.
+	Agent string
 	// DryRun lists without removing.
 	DryRun bool
 }
@@ -35,6 +37,9 @@ func (m *Maintainer) Purge(ctx context.Context, req PurgeRequest) ([]*bgjobs.Job
 	}
 	var out []*bgjobs.Job
 	for _, agent := range agents {
+		if req.Agent != "" && agent != req.Agent {
+			continue
+		}
 		ids, err := m.Store.AgentJobsBefore(ctx, agent, cutoff)
 		if err != nil {
 			return out, err
