@@ -2,8 +2,9 @@
 # `make test` runs the whole suite.
 GO      ?= go
 BIN     ?= bin
-ADDR    ?= 127.0.0.1:8080
-AGENT   ?= 127.0.0.1:9000
+# BGJOBS_ADDR and BGJOBS_AGENT_ADDR in the environment pick the addresses.
+ADDR    ?= $(or $(BGJOBS_ADDR),127.0.0.1:8080)
+AGENT   ?= $(or $(BGJOBS_AGENT_ADDR),127.0.0.1:9000)
 FUZZTIME ?= 5s
 
 .PHONY: all build run test fuzz bench lint clean
