@@ -97,6 +97,7 @@ func (cs *Console) header(c echo.Context, title string) (Page, error) {
 	if err != nil {
 		return d, err
 	}
+	slices.Sort(agents)
 	if d.Agent == "" && len(agents) > 0 {
 		d.Agent = agents[0]
 	}
