@@ -284,6 +284,16 @@ func TestCLIWithTheRealBinary(t *testing.T) {
 	require.Equal(t, "cancelled", row["status"])
 	require.NotEqual(t, text, js)
 
+	slow, _, err := m.Spawn(ctx, tasks.SpawnRequest{Agent: "alpha", OriginSession: "s", Kind: bgjobs.KindWork,
+		Description: "slow", Work: &bgjobs.WorkSpec{Type: "echo", Args: json.RawMessage(`{"text":"x","delay_ms":60000}`)}})
+	require.NoError(t, err)
+	out, _, code = binCLI(t, env, "stats")
+	require.Equal(t, 0, code)
+	require.Regexp(t, `(?m)^work\s+1\s`, out, "one pending work task, like asynq stats")
+	out, _, code = binCLI(t, env, "cancel", slow.ID)
+	require.Equal(t, 0, code)
+	require.Contains(t, out, "cancelled")
+
 	help, _, code := binCLI(t, env, "worker", "--help")
 	require.Equal(t, 0, code)
 	require.NotContains(t, help, "--addr", "a worker listens nowhere")
