@@ -138,4 +138,64 @@ func TestReadmeQuickStart(t *testing.T) {
 	}
 	require.Len(t, spawned, 2, "the turn and the work job")
 	c.waitStatus(spawned[1], "completed")
+
+	// scripts/demo, which the README points to, against the same server.
+	demo := exec.Command("../../scripts/demo")
+	demo.Env = append(os.Environ(), "BGJOBS_URL=http://"+addr)
+	got, err := demo.CombinedOutput()
+	require.NoError(t, err, "%s", got)
+	require.Contains(t, string(got), "<task-notification>")
+	require.Contains(t, string(got), `{"notifications":[]}`)
+}
+
+// The README's "Running for real" commands: serve with a key and a worker
+// on a shared Redis (a private one here, and loopback instead of 0.0.0.0).
+func TestReadmeRunningForReal(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs the binaries")
+	}
+	t.Parallel()
+	raw, err := os.ReadFile("../../README.md")
+	require.NoError(t, err)
+	doc := string(raw)
+	block := doc[strings.Index(doc, "## Running for real"):]
+	block = block[strings.Index(block, "```sh\n")+6:]
+	block = block[:strings.Index(block, "```")]
+	srv := testenv.StartRedisServer(t)
+	addr := "127.0.0.1:" + strconv.Itoa(testenv.FreePort(t))
+	bin, err := buildBinary()
+	require.NoError(t, err)
+	var procs []*exec.Cmd
+	for _, line := range strings.Split(strings.TrimSpace(block), "\n") {
+		line, _, _ = strings.Cut(line, "#")
+		line = strings.NewReplacer("redis://127.0.0.1:6379/0", srv.URL(), "0.0.0.0:8080", addr, "bgjobs ", bin+" ").Replace(line)
+		cmd := exec.Command("bash", "-c", strings.TrimSpace(line))
+		cmd.Env = append(os.Environ(), "BGJOBS_DATA_DIR="+t.TempDir())
+		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+		out := &lockedBuffer{}
+		cmd.Stdout, cmd.Stderr = out, out
+		require.NoError(t, cmd.Start(), line)
+		procs = append(procs, cmd)
+		t.Cleanup(func() {
+			_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGTERM)
+			_ = cmd.Wait()
+			if t.Failed() {
+				t.Logf("%s:\n%s", line, out.String())
+			}
+		})
+	}
+	require.Len(t, procs, 2, "serve and a worker")
+	testenv.Eventually(t, 20*time.Second, "serve to answer", func() bool {
+		resp, err := http.Get("http://" + addr + "/readyz")
+		if err != nil {
+			return false
+		}
+		resp.Body.Close()
+		return resp.StatusCode == http.StatusOK
+	})
+	code, _ := client{t: t, base: "http://" + addr}.do("GET", "/v1/jobs", nil)
+	require.Equal(t, http.StatusUnauthorized, code, "keyed: no key, no access")
+	for _, p := range procs {
+		require.Nil(t, p.ProcessState, "still running")
+	}
 }
