@@ -2,8 +2,8 @@ package handlers
 
 import (
 	"net/http"
-	"regexp"
 	"os"
+	"regexp"
 	"sort"
 	"strings"
 	"testing"
