@@ -60,6 +60,11 @@ func newMapping() mapping.IndexMapping {
 	num := bleve.NewNumericFieldMapping()
 	date := bleve.NewDateTimeFieldMapping()
 	flag := bleve.NewBooleanFieldMapping()
+	// Recall names its fields; nothing queries the composite _all field,
+	// so indexing into it is wasted work and disk.
+	for _, f := range []*mapping.FieldMapping{kw, text, num, date, flag} {
+		f.IncludeInAll = false
+	}
 
 	dm := bleve.NewDocumentStaticMapping()
 	for _, f := range []string{"doc_id", "job_id", "agent", "session", "source_type"} {

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/blevesearch/bleve/v2"
+	"github.com/blevesearch/bleve/v2/search"
 	"github.com/blevesearch/bleve/v2/search/query"
 
 	"github.com/bgjobs/bgjobs"
@@ -239,18 +240,20 @@ func (x *Index) Recall(ctx context.Context, r RecallRequest) (*RecallResult, err
 	if err != nil {
 		return nil, err
 	}
-	must := []query.Query{termQ("agent", r.Agent)}
+	// Who may see what filters without scoring; only the words rank.
+	filters := []query.Query{termQ("agent", r.Agent)}
 	if r.Session != "" {
-		must = append(must, termQ("session", r.Session))
+		filters = append(filters, termQ("session", r.Session))
 	}
 	if r.SourceType != "" {
-		must = append(must, termQ("source_type", r.SourceType))
+		filters = append(filters, termQ("source_type", r.SourceType))
 	}
 	if !r.IncludeSuperseded {
 		nb := bleve.NewBoolFieldQuery(false)
 		nb.SetField("superseded")
-		must = append(must, nb)
+		filters = append(filters, nb)
 	}
+	var must []query.Query
 	for _, t := range terms {
 		var inHeading, inBody query.FieldableQuery
 		if t.phrase {
@@ -262,20 +265,27 @@ func (x *Index) Recall(ctx context.Context, r RecallRequest) (*RecallResult, err
 		inBody.SetField("body")
 		must = append(must, bleve.NewDisjunctionQuery(inHeading, inBody))
 	}
-	req := bleve.NewSearchRequestOptions(bleve.NewConjunctionQuery(must...), r.Limit, 0, false)
+	q := bleve.NewBooleanQuery()
+	q.AddMust(must...)
+	q.AddFilter(bleve.NewConjunctionQuery(filters...))
+	// Rank first, without highlighting: bleve would otherwise gather term
+	// positions for every matching document, not only the few returned.
+	req := bleve.NewSearchRequestOptions(q, r.Limit, 0, false)
 	req.Fields = []string{"*"}
-	req.Highlight = bleve.NewHighlightWithStyle("html")
-	req.Highlight.AddField("body")
 	x.mu.RLock()
+	defer x.mu.RUnlock()
 	res, err := x.idx.SearchInContext(ctx, req)
-	x.mu.RUnlock()
 	if err != nil {
 		return nil, fmt.Errorf("recall: %w", err)
+	}
+	frags, err := x.highlight(ctx, must, res.Hits)
+	if err != nil {
+		return nil, err
 	}
 	out := &RecallResult{Total: res.Total, Hits: make([]Hit, 0, len(res.Hits))}
 	for _, h := range res.Hits {
 		d := docFromFields(h.ID, h.Fields)
-		snippet := strings.Join(h.Fragments["body"], " … ")
+		snippet := strings.Join(frags[h.ID], " … ")
 		if snippet == "" {
 			snippet = html.EscapeString(bgjobs.Excerpt(d.Body, snippetChars))
 		}
@@ -286,9 +296,41 @@ func (x *Index) Recall(ctx context.Context, r RecallRequest) (*RecallResult, err
 	return out, nil
 }
 
+// highlight marks the words in the bodies of the hits returned, with a
+// second query restricted to their ids.
+func (x *Index) highlight(ctx context.Context, words []query.Query, hits search.DocumentMatchCollection) (map[string][]string, error) {
+	if len(hits) == 0 {
+		return nil, nil
+	}
+	ids := make([]string, len(hits))
+	for i, h := range hits {
+		ids[i] = h.ID
+	}
+	req := bleve.NewSearchRequestOptions(bleve.NewConjunctionQuery(append([]query.Query{bleve.NewDocIDQuery(ids)}, words...)...), len(ids), 0, false)
+	req.Highlight = bleve.NewHighlightWithStyle("html")
+	req.Highlight.AddField("body")
+	res, err := x.idx.SearchInContext(ctx, req)
+	if err != nil {
+		return nil, fmt.Errorf("recall highlight: %w", err)
+	}
+	frags := make(map[string][]string, len(res.Hits))
+	for _, h := range res.Hits {
+		frags[h.ID] = h.Fragments["body"]
+	}
+	return frags, nil
+}
+
 // Count returns how many documents the index holds.
 func (x *Index) Count() (uint64, error) {
 	x.mu.RLock()
 	defer x.mu.RUnlock()
 	return x.idx.DocCount()
+}
+
+// SearchRaw runs a bleve request on the index as it is, for the bench to
+// measure bleve itself beside Recall.
+func (x *Index) SearchRaw(ctx context.Context, req *bleve.SearchRequest) (*bleve.SearchResult, error) {
+	x.mu.RLock()
+	defer x.mu.RUnlock()
+	return x.idx.SearchInContext(ctx, req)
 }

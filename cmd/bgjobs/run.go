@@ -97,6 +97,7 @@ func benchCmd(ctx context.Context, stdout io.Writer) *cobra.Command {
 	}
 	cmd.Flags().StringVar(&o.RedisURL, "redis-url", "", "Redis to measure on (default "+bench.LocalRedisDefault+", embedded if it does not answer)")
 	cmd.Flags().IntVar(&o.Jobs, "jobs", 10000, "jobs per phase")
+	cmd.Flags().IntVar(&o.RecallDocs, "recall-docs", 50000, "documents in the recall phase's corpus (0 skips it)")
 	cmd.Flags().IntVar(&o.Concurrency, "concurrency", 50, "worker concurrency of both phases")
 	cmd.Flags().IntVar(&o.Clients, "clients", 32, "concurrent HTTP clients spawning")
 	cmd.Flags().IntVar(&o.Rounds, "rounds", 3, "runs of each throughput phase, alternating; the median is reported")

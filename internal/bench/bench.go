@@ -48,6 +48,8 @@ type Options struct {
 	Rounds int
 	// Samples is how many resumes the latency phase times per target.
 	Samples int
+	// RecallDocs is the corpus of the recall phase; 0 skips it.
+	RecallDocs int
 }
 
 // drainEvery is how often the end-to-end phase's consumer drains.
@@ -109,7 +111,13 @@ func Run(ctx context.Context, o Options, out io.Writer) error {
 	if err := Resume(ctx, o, out); err != nil {
 		return err
 	}
-	return Idle(ctx, o, out)
+	if err := Idle(ctx, o, out); err != nil {
+		return err
+	}
+	if o.RecallDocs == 0 {
+		return nil
+	}
+	return Recall(ctx, o.RecallDocs, 200, out)
 }
 
 func connect(ctx context.Context, url string) (redis.UniversalClient, string, func(), error) {
