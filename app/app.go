@@ -121,6 +121,7 @@ func Run(ctx context.Context, cfg bgjobs.Config, mode Mode, stdout io.Writer, op
 	if err != nil {
 		return fmt.Errorf("listen on %s: %w", cfg.Addr, err)
 	}
+	ln = handlers.WrapListener(ln)
 	srv := &http.Server{
 		Handler: handlers.NewServer(cfg, handlers.Deps{Manager: m, Memory: mem, Log: log,
 			Metrics: metricsHandler(m), MCP: mcpapi.Handler(m, mem, cfg.OpenMode()), Monitoring: monitor}),

@@ -1,10 +1,14 @@
 package main
 
 import (
+	"bufio"
+	"encoding/json"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -139,4 +143,37 @@ func TestDelegateStaysWithinTheTenant(t *testing.T) {
 	require.Contains(t, log.String(), "secret question for alpha")
 	code, own := delegate(alpha, "alpha")
 	require.Equal(t, http.StatusAccepted, code, "an agent may always delegate to itself: %v", own)
+}
+
+// Requests net/http cannot parse (a raw "%" in the path, an oversize
+// request line) are answered before any handler runs; they still get the
+// API's JSON error shape.
+func TestUnparseableRequestsGetJSONErrors(t *testing.T) {
+	t.Parallel()
+	base := startServe(t, nil)
+	addr := strings.TrimPrefix(base, "http://")
+	for _, tc := range []struct {
+		desc, request, status, code string
+	}{
+		{"a raw % in the path", "GET /v1/jobs/%zz HTTP/1.1\r\nHost: x\r\n\r\n", "400", "invalid_argument"},
+		{"a 2 MiB query", "GET /v1/jobs?q=" + strings.Repeat("a", 2<<20) + " HTTP/1.1\r\nHost: x\r\n\r\n", "431", "too_large"},
+	} {
+		conn, err := net.Dial("tcp", addr)
+		require.NoError(t, err)
+		_, _ = conn.Write([]byte(tc.request))
+		resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+		require.NoError(t, err, tc.desc)
+		body, _ := io.ReadAll(resp.Body)
+		conn.Close()
+		require.Equal(t, tc.status, strconv.Itoa(resp.StatusCode), tc.desc)
+		require.Equal(t, "application/json", resp.Header.Get("Content-Type"), tc.desc)
+		var e struct {
+			Error struct{ Code, Message string }
+		}
+		require.NoError(t, json.Unmarshal(body, &e), "%s: %s", tc.desc, body)
+		require.Equal(t, tc.code, e.Error.Code, tc.desc)
+		require.NotEmpty(t, e.Error.Message)
+	}
+	code, _ := client{t: t, base: base}.do("GET", "/v1/jobs", nil)
+	require.Equal(t, http.StatusOK, code, "ordinary requests pass untouched")
 }
