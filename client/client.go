@@ -311,14 +311,28 @@ func (c *Client) List(ctx context.Context, session, status string, limit int, cu
 	return out.Jobs, next, nil
 }
 
-// Drain hands over every ended, unnotified job of the session, once. Pass
-// the same idemKey when retrying a drain whose answer was lost.
+// Drain hands over every ended, unnotified job of the session, once,
+// page after page. Pass the same idemKey when retrying a drain whose
+// answer was lost (each page uses it with its number).
 func (c *Client) Drain(ctx context.Context, session, idemKey string) ([]Notification, error) {
-	var out struct {
-		Notifications []Notification `json:"notifications"`
+	var all []Notification
+	for page := 0; ; page++ {
+		key := idemKey
+		if key != "" && page > 0 {
+			key += "#" + strconv.Itoa(page)
+		}
+		var out struct {
+			Notifications []Notification `json:"notifications"`
+			More          bool           `json:"more"`
+		}
+		if err := c.do(ctx, http.MethodPost, "/v1/sessions/"+session+"/drain", nil, &out, "Idempotency-Key", key); err != nil {
+			return all, err
+		}
+		all = append(all, out.Notifications...)
+		if !out.More || len(out.Notifications) == 0 {
+			return all, nil
+		}
 	}
-	err := c.do(ctx, http.MethodPost, "/v1/sessions/"+session+"/drain", nil, &out, "Idempotency-Key", idemKey)
-	return out.Notifications, err
 }
 
 // Delete removes an ended job.

@@ -2,6 +2,7 @@ package handlers
 
 import (
 	"net/http"
+	"strconv"
 	"strings"
 	"time"
 
@@ -36,6 +37,8 @@ func handleSessionAction(m *tasks.Manager) echo.HandlerFunc {
 
 type drainResponse struct {
 	Notifications []bgjobs.Notification `json:"notifications"`
+	// More is true when more results wait beyond this page: drain again.
+	More bool `json:"more"`
 }
 
 func handleDrain(m *tasks.Manager) func(echo.Context, string) error {
@@ -48,15 +51,21 @@ func handleDrain(m *tasks.Manager) func(echo.Context, string) error {
 		if len(idem) > 255 {
 			return bgjobs.FieldError("Idempotency-Key", "at most 255 characters")
 		}
+		limit := tasks.DrainPageDefault
+		if s := c.QueryParam("limit"); s != "" {
+			if limit, err = strconv.Atoi(s); err != nil {
+				return bgjobs.FieldError("limit", "not a number: %q", s)
+			}
+		}
 		watchHangup(c)
-		ns, err := m.Drain(c.Request().Context(), agent, session, idem)
+		ns, more, err := m.DrainPage(c.Request().Context(), agent, session, idem, limit)
 		if err != nil {
 			return err
 		}
 		if ns == nil {
 			ns = []bgjobs.Notification{}
 		}
-		return c.JSON(http.StatusOK, drainResponse{Notifications: ns})
+		return c.JSON(http.StatusOK, drainResponse{Notifications: ns, More: more})
 	}
 }
 

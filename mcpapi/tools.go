@@ -131,6 +131,7 @@ type DrainInput struct {
 // DrainOutput is the results handed over.
 type DrainOutput struct {
 	Notifications []bgjobs.Notification `json:"notifications"`
+	More          bool                  `json:"more" jsonschema:"more results wait: call drain_notifications again (with a new idempotency_key)"`
 }
 
 // AckOutput says whether an ack handed the result over now.
@@ -326,11 +327,11 @@ func NewServer(ctx context.Context, m *tasks.Manager, mem Recaller, agent string
 		Annotations: &mcp.ToolAnnotations{Title: "Collect background results", DestructiveHint: no(), IdempotentHint: true, OpenWorldHint: no()}},
 		func(ctx context.Context, _ *mcp.CallToolRequest, in DrainInput) (answer[DrainOutput], error) {
 			var a answer[DrainOutput]
-			ns, err := m.Drain(ctx, agent, in.Session, in.IdempotencyKey)
+			ns, more, err := m.DrainPage(ctx, agent, in.Session, in.IdempotencyKey, tasks.DrainPageDefault)
 			if err != nil {
 				return a, err
 			}
-			a.out.Notifications = ns
+			a.out.Notifications, a.out.More = ns, more
 			if len(ns) == 0 {
 				a.out.Notifications = []bgjobs.Notification{}
 				a.text = "No new background results."
@@ -341,6 +342,9 @@ func NewServer(ctx context.Context, m *tasks.Manager, mem Recaller, agent string
 				parts[i] = n.Text
 			}
 			a.text = strings.Join(parts, "\n\n")
+			if more {
+				a.text += "\n\nMore background results are waiting: call drain_notifications again."
+			}
 			return a, nil
 		})
 	addTool(s, &mcp.Tool{Name: "acknowledge_result",

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -217,4 +218,24 @@ func TestGoClientCoversTheAPI(t *testing.T) {
 	agent, err := c.GetAgent(ctx, "alpha")
 	require.NoError(t, err)
 	require.Equal(t, a2aURL, agent.A2AURL)
+
+	// Drains come in pages: the API says when more wait; the client's
+	// Drain reads them all.
+	var paged []string
+	for i := range 3 {
+		sp, err := c.Spawn(ctx, echo("chat-pages", fmt.Sprint("page ", i), 0))
+		require.NoError(t, err)
+		paged = append(paged, sp.ID)
+	}
+	for _, id := range paged {
+		waitEnded(id)
+	}
+	raw := client{t: t, base: base, key: "ka"}
+	code, drained := raw.do("POST", "/v1/sessions/chat-pages/drain?limit=2", nil)
+	require.Equal(t, http.StatusOK, code)
+	require.Len(t, drained["notifications"], 2)
+	require.Equal(t, true, drained["more"])
+	rest, err := c.Drain(ctx, "chat-pages", "")
+	require.NoError(t, err)
+	require.Len(t, rest, 1, "the rest, once")
 }

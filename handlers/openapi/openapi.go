@@ -101,7 +101,7 @@ func Document() map[string]any {
 		"Batch": object(obj{"batch_id": str(), "origin_session": str(), "size": integer(), "settled": integer(),
 			"counts": counts(), "joined": boolean(), "partial": boolean(), "joined_at": nullable(timestamp()), "jobs": arrayOf(str())}),
 		"Drain": object(obj{"notifications": arrayOf(object(obj{"job_id": str(), "status": str(), "description": str(),
-			"batch_id": nullable(str()), "truncated": boolean(), "text": str()}))}),
+			"batch_id": nullable(str()), "truncated": boolean(), "text": str()})), "more": boolean()}),
 		"Busy":      object(obj{"session": str(), "busy": boolean()}),
 		"Recall":    object(obj{"total": integer(), "hits": arrayOf(object(obj{"doc_id": str(), "job_id": str(), "session": str(), "source_type": str(), "heading": str(), "snippet": str(), "score": obj{"type": "number"}, "trust_tier": integer(), "created_at": timestamp()}))}),
 		"Knowledge": object(obj{"session": str(), "title": str(), "text": str(), "url": str()}),

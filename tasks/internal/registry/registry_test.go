@@ -218,10 +218,10 @@ func TestDrainScript(t *testing.T) {
 			if tc.graceGone {
 				hold.Since = now.Add(time.Second)
 			}
-			first, err := b.H.Drain(b.Ctx, tag, tc.idem, "", now, hold)
+			first, _, err := b.H.Drain(b.Ctx, tag, tc.idem, "", now, hold, 1000)
 			require.NoError(t, err)
 			require.Len(t, first, tc.wantFirst)
-			again, err := b.H.Drain(b.Ctx, tag, tc.idem, "", now, hold)
+			again, _, err := b.H.Drain(b.Ctx, tag, tc.idem, "", now, hold, 1000)
 			require.NoError(t, err)
 			require.Len(t, again, tc.wantAgain)
 			if tc.wantFirst == 1 {
@@ -245,7 +245,7 @@ func TestHandoverUndoScript(t *testing.T) {
 		announce bool
 	}{
 		{desc: "drain", take: func(b *testBundle, tag, _, nonce string) int {
-			rows, err := b.H.Drain(b.Ctx, tag, "k1", nonce, now, hold)
+			rows, _, err := b.H.Drain(b.Ctx, tag, "k1", nonce, now, hold, 1000)
 			require.NoError(t, err)
 			return len(rows)
 		}},
@@ -283,7 +283,7 @@ func TestHandoverUndoScript(t *testing.T) {
 			require.NoError(t, err)
 			require.Less(t, ttl, time.Duration(0), "an unread row never ages out")
 
-			rows, err := b.H.Drain(b.Ctx, tag, "k1", "n2", now, hold)
+			rows, _, err := b.H.Drain(b.Ctx, tag, "k1", "n2", now, hold, 1000)
 			require.NoError(t, err)
 			require.Len(t, rows, 1, "the next drain (even with the old key) gets it")
 			n, err = b.H.Undo(b.Ctx, tag, "n1", "k1", false, now)
@@ -396,4 +396,37 @@ func TestRequeueTurnCapAndMarkScripts(t *testing.T) {
 	row, err = b.S.Load(b.Ctx, tag, j.ID)
 	require.NoError(t, err)
 	require.True(t, row.ReportIndexed)
+}
+
+// A drain hands over a page at a time and says when more wait; pages
+// never repeat a job nor skip one, held reports included.
+func TestDrainPages(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	tag := bgjobs.Tag("alpha", "s")
+	ids := map[string]bool{}
+	for range 25 {
+		j := b.PlainJob(t, false)
+		_, err := b.Settle(t, j, registry.Settlement{})
+		require.NoError(t, err)
+		ids[j.ID] = true
+	}
+	seen := map[string]int{}
+	for page := 0; ; page++ {
+		rows, more, err := b.H.Drain(b.Ctx, tag, "", "", now, handover.DrainHold{}, 10)
+		require.NoError(t, err)
+		require.LessOrEqual(t, len(rows), 10)
+		for _, r := range rows {
+			seen[r.ID]++
+		}
+		if !more {
+			require.Equal(t, 2, page, "25 jobs in pages of 10: three drains")
+			break
+		}
+	}
+	require.Len(t, seen, 25)
+	for id, n := range seen {
+		require.True(t, ids[id])
+		require.Equal(t, 1, n, "%s handed over once", id)
+	}
 }

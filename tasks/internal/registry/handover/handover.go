@@ -55,24 +55,29 @@ type DrainHold struct {
 	Since time.Time
 }
 
-// Drain hands over every ended, unnotified job of a session, oldest
-// completion first, flipping each notified in the same step (drainCmd).
-// nonce names this call for Undo; "" for a caller that cannot give up.
-func (s *Store) Drain(ctx context.Context, tag, idemKey, nonce string, now time.Time, hold DrainHold) ([]DrainRow, error) {
+// Drain hands over up to page ended, unnotified jobs of a session, oldest
+// completion first, flipping each notified in the same step (drainCmd);
+// more says jobs may remain. nonce names this call for Undo; "" for a
+// caller that cannot give up.
+func (s *Store) Drain(ctx context.Context, tag, idemKey, nonce string, now time.Time, hold DrainHold, page int) (rows []DrainRow, more bool, err error) {
 	useIdem, idem := "0", s.k.DrainIdem(tag, "")
 	if idemKey != "" {
 		useIdem, idem = "1", s.k.DrainIdem(tag, idemKey)
 	}
-	args := []any{s.k.JobPrefix(tag), useIdem, s.nonceTTL(), s.ttl(), ms(now), boolStr(hold.On), ms(hold.Since), nonce}
+	args := []any{s.k.JobPrefix(tag), useIdem, s.nonceTTL(), s.ttl(), ms(now), boolStr(hold.On), ms(hold.Since), nonce, page}
 	for _, f := range registry.DrainFields {
 		args = append(args, f)
 	}
 	keys := []string{s.k.Pending(tag), idem, s.k.Took(tag, nonce), s.k.Void(tag, nonce)}
 	raw, err := s.w.Script(ctx, drainCmd, keys, args...).Slice()
 	if err != nil {
-		return nil, registry.Unavailable("drain", err)
+		return nil, false, registry.Unavailable("drain", err)
 	}
-	rows := make([]DrainRow, 0, len(raw))
+	if len(raw) > 0 {
+		n, _ := raw[0].(int64)
+		more, raw = n == 1, raw[1:]
+	}
+	rows = make([]DrainRow, 0, len(raw))
 	for _, r := range raw {
 		vals, _ := r.([]any)
 		if len(vals) != len(registry.DrainFields) {
@@ -93,7 +98,7 @@ func (s *Store) Drain(ctx context.Context, tag, idemKey, nonce string, now time.
 		}
 		rows = append(rows, row)
 	}
-	return rows, nil
+	return rows, more, nil
 }
 
 // Ack is the drain's flip for one job consumed another way (ackCmd). It

@@ -56,12 +56,17 @@ end
 // ARGV[6] -> "1" to hold hold_index reports until they are indexed
 // ARGV[7] -> grace cutoff (ms): reports completed before it are not held
 // ARGV[8] -> hand-over nonce ("" for none)
-// ARGV[9..] -> row fields to return (drainFields)
+// ARGV[9] -> page size: at most this many jobs are handed over, and at
+// most four times as many pending entries read, so one drain never holds
+// Redis for a whole backlog
+// ARGV[10..] -> row fields to return (drainFields)
 //
-// Returns one array per job: the requested fields, in order.
+// Returns {more, row, row, …}: more is 1 when jobs may remain for another
+// drain; each row is the requested fields, in order.
 var drainCmd = redis.NewScript(luaHandover + `
 local nonce = ARGV[8]
-if nonce ~= '' and voided(KEYS[4]) then return {} end
+if nonce ~= '' and voided(KEYS[4]) then return {0} end
+local page = tonumber(ARGV[9])
 local ids
 local repeated = false
 local prev = nonce ~= '' and redis.call('GET', KEYS[3])
@@ -70,9 +75,13 @@ if prev then
   ids = cjson.decode(prev)
   repeated = true
 end
+local more = 0
 if not repeated then
   local taken = {}
-  for _, id in ipairs(redis.call('ZRANGE', KEYS[1], 0, -1)) do
+  local heldn = 0
+  local scan = redis.call('ZRANGE', KEYS[1], 0, 4 * page - 1)
+  for _, id in ipairs(scan) do
+    if #taken >= page then break end
     local k = ARGV[1] .. id
     local held = false
     local f = redis.call('HMGET', k, 'hold_index', 'report_indexed', 'completed_at', 'wait_until', 'status')
@@ -80,7 +89,7 @@ if not repeated then
       held = f[1] == '1' and f[2] ~= '1' and tonumber(f[3] or '0') > tonumber(ARGV[7])
     end
     if f[4] and tonumber(f[4]) > tonumber(ARGV[5]) then held = true end
-    if not held then redis.call('ZREM', KEYS[1], id) end
+    if held then heldn = heldn + 1 else redis.call('ZREM', KEYS[1], id) end
     local st = f[5]
     if not held and st and terminal(st) and redis.call('HGET', k, 'notified') ~= '1' then
       handover(k, nonce, ARGV[5], ARGV[4])
@@ -92,6 +101,7 @@ if not repeated then
     end
   end
   ids = taken
+  if redis.call('ZCARD', KEYS[1]) > heldn then more = 1 end
   record(KEYS[3], ids, nonce, ARGV[3])
   if ARGV[2] == '1' then
     local enc = '[]'
@@ -99,9 +109,10 @@ if not repeated then
     redis.call('SET', KEYS[2], enc, 'EX', ARGV[3])
   end
 end
-local out = {}
+if repeated and redis.call('ZCARD', KEYS[1]) > 0 then more = 1 end
+local out = {more}
 for _, id in ipairs(ids) do
-  local row = redis.call('HMGET', ARGV[1] .. id, unpack(ARGV, 9))
+  local row = redis.call('HMGET', ARGV[1] .. id, unpack(ARGV, 10))
   if row[1] then out[#out + 1] = row end
 end
 return out
