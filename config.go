@@ -11,14 +11,16 @@ import (
 
 // Defaults for Config. Exported so embedders and docs name the same values.
 const (
-	AddrDefault              = "127.0.0.1:8080"
-	DataDirDefault           = "./data"
-	TurnConcurrencyDefault   = 3
-	WorkConcurrencyDefault   = 10
-	BatchJoinTimeoutDefault  = 900 * time.Second
-	SummaryCharsDefault      = 2000
-	RunTimeoutDefault        = 30 * time.Minute
-	ResumeCoalesceDefault    = 250 * time.Millisecond
+	AddrDefault             = "127.0.0.1:8080"
+	DataDirDefault          = "./data"
+	TurnConcurrencyDefault  = 3
+	WorkConcurrencyDefault  = 10
+	BatchJoinTimeoutDefault = 900 * time.Second
+	SummaryCharsDefault     = 2000
+	RunTimeoutDefault       = 30 * time.Minute
+	ResumeCoalesceDefault   = 250 * time.Millisecond
+	// ResumeCoalesceMaxDefault caps a storm window in a sustained burst.
+	ResumeCoalesceMaxDefault = time.Minute
 	RetentionDefault         = 7 * 24 * time.Hour
 	ReconcileIntervalDefault = 30 * time.Second
 	ShutdownTimeoutDefault   = 10 * time.Second
@@ -89,6 +91,11 @@ type Config struct {
 	// the guard off (BGJOBS_RESUME_COALESCE=0). Defaults to
 	// ResumeCoalesceDefault.
 	ResumeCoalesce time.Duration
+	// ResumeCoalesceMax (BGJOBS_RESUME_COALESCE_MAX) is the longest a storm
+	// window grows to while completions keep coming: each window that
+	// merged something doubles the next one's cap (8 × ResumeCoalesce at
+	// first) up to this. Defaults to ResumeCoalesceMaxDefault.
+	ResumeCoalesceMax time.Duration
 	// Retention is how long a job row is kept after it was notified. Unread
 	// rows never expire. Defaults to RetentionDefault.
 	Retention time.Duration
@@ -183,6 +190,7 @@ func (c Config) WithDefaults() Config {
 	c.MaxDepth = cmp.Or(c.MaxDepth, MaxDepthDefault)
 	c.TurnWindow = cmp.Or(c.TurnWindow, TurnWindowDefault)
 	c.ResumeCoalesce = cmp.Or(c.ResumeCoalesce, ResumeCoalesceDefault)
+	c.ResumeCoalesceMax = cmp.Or(c.ResumeCoalesceMax, ResumeCoalesceMaxDefault)
 	c.Retention = cmp.Or(c.Retention, RetentionDefault)
 	c.ReconcileInterval = cmp.Or(c.ReconcileInterval, ReconcileIntervalDefault)
 	c.ShutdownTimeout = cmp.Or(c.ShutdownTimeout, ShutdownTimeoutDefault)
@@ -304,6 +312,7 @@ func Load(getenv func(string) string) (Config, error) {
 		{"BGJOBS_BATCH_JOIN_TIMEOUT", &c.BatchJoinTimeout},
 		{"BGJOBS_TURN_TIMEOUT", &c.RunTimeout},
 		{"BGJOBS_RESUME_COALESCE", &c.ResumeCoalesce},
+		{"BGJOBS_RESUME_COALESCE_MAX", &c.ResumeCoalesceMax},
 		{"BGJOBS_RETENTION", &c.Retention},
 		{"BGJOBS_RECONCILE_INTERVAL", &c.ReconcileInterval},
 		{"BGJOBS_SHUTDOWN_TIMEOUT", &c.ShutdownTimeout},

@@ -93,7 +93,7 @@ func NewManager(rdb redis.UniversalClient, cfg bgjobs.Config, d Deps) *Manager {
 	streams := feeds.New(rdb, w, store.Keys())
 	agents := tenants.New(rdb, store.Keys())
 	eng := engine.New(asynq.NewClientFromRedisClient(w.AsynqClient()), asynq.NewInspectorFromRedisClient(rdb), cfg.Namespace, cfg.RunTimeout, cfg.ResumeRetries)
-	follow := followup.New(followup.Config{NoAutoResume: cfg.NoAutoResume, ResumeCoalesce: cfg.ResumeCoalesce,
+	follow := followup.New(followup.Config{NoAutoResume: cfg.NoAutoResume, ResumeCoalesce: cfg.ResumeCoalesce, ResumeCoalesceMax: cfg.ResumeCoalesceMax,
 		BatchJoinTimeout: cfg.BatchJoinTimeout, SummaryChars: cfg.SummaryChars,
 		ResumeAgainInterval: cfg.ResumeAgainInterval, ResumeAgainMax: cfg.ResumeAgainMax, TurnWindow: cfg.TurnWindow},
 		followup.Deps{Store: store, Wake: wake.New(rdb, w, store.Keys()), Feeds: streams, Tenants: agents, Engine: eng, Resumer: d.Resumer, Now: d.Now, Log: d.Logger})

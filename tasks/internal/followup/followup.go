@@ -26,6 +26,9 @@ type Config struct {
 	NoAutoResume bool
 	// ResumeCoalesce is the storm guard's window; zero or less turns it off.
 	ResumeCoalesce time.Duration
+	// ResumeCoalesceMax is the longest a storm window grows to in a
+	// sustained burst.
+	ResumeCoalesceMax time.Duration
 	// BatchJoinTimeout is the straggler timeout of a batch join.
 	BatchJoinTimeout time.Duration
 	// SummaryChars is where the drain cuts a turn report.

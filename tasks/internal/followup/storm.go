@@ -11,9 +11,16 @@ import (
 
 // The resume storm guard (BGJOBS_RESUME_COALESCE): a session's first
 // singleton resume goes at once; those that follow within the window merge
-// into one nudge sent at its end, listing every job. The merge queue lives
+// into one nudge sent at its end, listing every job. The window adapts:
+// each completion in it keeps it open one base window longer, up to its
+// cap (8 base windows at first), and each window that merged something
+// doubles the next one's cap, up to BGJOBS_RESUME_COALESCE_MAX, so a burst
+// however long is told of in a handful of nudges; a quiet window resets. The merge queue lives
 // in Redis and becomes an outbox entry, so a crash loses no nudge: the
 // maintenance sweep flushes what a dead process's timer would have.
+
+// stormFirstCap is a new window's cap, in base windows.
+const stormFirstCap = 8
 
 // stormTimers holds this process's flush timer of each session with a
 // window open here.
@@ -51,7 +58,7 @@ func (s *stormTimers) Stop() {
 // gate reports whether a singleton resume goes now; if not, the job waits
 // in the session's storm queue and a flush is scheduled.
 func (s *stormTimers) gate(ctx context.Context, tag string, j *bgjobs.Job) (bool, error) {
-	send, wait, err := s.f.wake.StormGate(ctx, tag, j.ID, j.Generation, s.f.now(), s.f.cfg.ResumeCoalesce)
+	send, wait, err := s.f.wake.StormGate(ctx, tag, j.ID, j.Generation, s.f.now(), s.f.cfg.ResumeCoalesce, stormFirstCap*s.f.cfg.ResumeCoalesce)
 	if err != nil {
 		return false, err
 	}
@@ -81,7 +88,7 @@ func (s *stormTimers) schedule(tag string, after time.Duration) {
 func (s *stormTimers) flush(tag string, force bool) {
 	f := s.f
 	ctx := context.Background()
-	e, ok, left, err := f.wake.StormFlush(ctx, tag, f.now(), f.cfg.ResumeCoalesce, force)
+	e, ok, left, err := f.wake.StormFlush(ctx, tag, f.now(), f.cfg.ResumeCoalesce, max(f.cfg.ResumeCoalesceMax, stormFirstCap*f.cfg.ResumeCoalesce), force)
 	if err != nil {
 		f.log.Warn("resume storm flush; the sweep retries", slog.String("tag", tag), slog.Any("err", err))
 		return
@@ -94,7 +101,7 @@ func (s *stormTimers) flush(tag string, force bool) {
 		return
 	}
 	// The flush opened a new window: arm its own flush for what follows.
-	s.schedule(tag, f.cfg.ResumeCoalesce)
+	s.schedule(tag, left)
 	if err := f.PumpEntry(ctx, tag, e); err != nil && !IsWaiting(err) {
 		f.log.Warn("merged resume; the sweep retries", slog.String("tag", tag), slog.Any("err", err))
 	}

@@ -62,66 +62,96 @@ redis.call('ZADD', KEYS[4], ARGV[1], 'f|' .. latest[1])
 return {1, 1}
 `)
 
+// luaStormWindow reads and writes a session's storm window, kept as
+// "<end>:<hard end>:<cap>" (ms, ms, ms): completions in a burst push its end
+// out by the base window each, never past its hard end, and each window
+// that merges something lets the next one grow to twice its cap. A window
+// written as a bare end (before windows grew) reads as one of base size.
+const luaStormWindow = `
+local function readWindow(key, base)
+  local v = redis.call('GET', key)
+  if not v then return 0, 0, base end
+  local till, limit, cap = string.match(v, '^(%d+):(%d+):(%d+)$')
+  if not till then
+    local t = tonumber(v) or 0
+    return t, t, base
+  end
+  return tonumber(till), tonumber(limit), tonumber(cap)
+end
+local function writeWindow(key, till, limit, cap)
+  redis.call('SET', key, till .. ':' .. limit .. ':' .. cap, 'PX', limit - till + cap + 60000)
+end
+`
+
 // stormCmd is the resume storm guard's gate for a singleton resume: the
 // first of a session goes at once and opens a window; those that follow
 // within it wait in the session's storm queue for one merged nudge at the
-// window's end. The decision is kept in the job's row, so an outbox entry
-// pumped twice (a settle's own pump racing a sweep) gets the same answer and
-// a job is never both sent alone and merged, nor merged twice.
+// window's end. Each one queued keeps the window open a base window longer
+// (a burst is one window, not one per base window), up to the window's
+// cap. The decision is kept in the job's row, so an outbox entry pumped
+// twice (a settle's own pump racing a sweep) gets the same answer and a
+// job is never both sent alone and merged, nor merged twice.
 //
-// KEYS[1] -> session storm window (string: the window's end, ms; the key
-//
-//	outlives it by a minute, to clean itself up)
-//
+// KEYS[1] -> session storm window (see luaStormWindow; the key outlives it
+// by a minute, to clean itself up)
 // KEYS[2] -> session storm queue zset (job id → ms)
 // KEYS[3] -> job hash (field storm = "<generation>:now" | "<generation>:merged")
 // ARGV[1] -> job id
 // ARGV[2] -> now (ms)
-// ARGV[3] -> window (ms)
+// ARGV[3] -> base window (ms)
 // ARGV[4] -> the job's generation (a retried job's new outcome decides anew)
+// ARGV[5] -> a new window's cap (ms)
 //
 // Returns 1 to send now (the window is opened, or this job was already let
 // through), or the window's remaining ms (≥ 0) when the job was queued
 // behind it, now or before — negated, as -1 - remaining.
-var stormCmd = redis.NewScript(`
-local till = tonumber(redis.call('GET', KEYS[1]) or '0')
-local now = tonumber(ARGV[2])
+var stormCmd = redis.NewScript(luaStormWindow + `
+local now, base = tonumber(ARGV[2]), tonumber(ARGV[3])
+local till, limit, cap = readWindow(KEYS[1], base)
 local prev = redis.call('HGET', KEYS[3], 'storm')
 if prev == ARGV[4] .. ':now' then return 1 end
 if prev == ARGV[4] .. ':merged' then return -1 - math.max(0, till - now) end
 if till > now then
   redis.call('ZADD', KEYS[2], ARGV[2], ARGV[1])
   redis.call('HSET', KEYS[3], 'storm', ARGV[4] .. ':merged')
+  till = math.max(till, math.min(now + base, limit))
+  writeWindow(KEYS[1], till, limit, cap)
   return -1 - (till - now)
 end
-redis.call('SET', KEYS[1], now + tonumber(ARGV[3]), 'PX', tonumber(ARGV[3]) + 60000)
+writeWindow(KEYS[1], now + base, now + tonumber(ARGV[5]), tonumber(ARGV[5]))
 redis.call('HSET', KEYS[3], 'storm', ARGV[4] .. ':now')
 return 1
 `)
 
 // stormFlushCmd ends a storm window: everything queued behind it becomes
-// one outbox entry, c|<id>,<id>,…, and a new window opens so that what
-// follows merges again. A window with nothing queued is left to expire.
+// one outbox entry, c|<id>,<id>,…, and a new window opens, with twice the
+// cap (up to ARGV[4]), so that what follows merges again and a burst that
+// goes on is told of in ever fewer nudges. A window with nothing queued is
+// left to expire: the next completion opens a fresh one and goes at once.
 //
 // KEYS[1] -> session storm window
 // KEYS[2] -> session storm queue zset
 // KEYS[3] -> session outbox zset
 // ARGV[1] -> now (ms)
-// ARGV[2] -> window (ms)
+// ARGV[2] -> base window (ms)
 // ARGV[3] -> "1" to flush even if the window is still open (a sweep after a crash)
+// ARGV[4] -> the largest cap a window may grow to (ms)
 //
-// Returns {entry, 0} with the outbox entry recorded ("" if there was
-// nothing to merge), or {"", ms} while the window is still open for ms.
-var stormFlushCmd = redis.NewScript(`
-local left = tonumber(redis.call('GET', KEYS[1]) or '0') - tonumber(ARGV[1])
-if ARGV[3] ~= '1' and left > 0 then return {'', left} end
+// Returns {entry, ms}: the outbox entry recorded and the new window's
+// length, {"", 0} if there was nothing to merge, or {"", ms} while the
+// window is still open for ms.
+var stormFlushCmd = redis.NewScript(luaStormWindow + `
+local now, base = tonumber(ARGV[1]), tonumber(ARGV[2])
+local till, limit, cap = readWindow(KEYS[1], base)
+if ARGV[3] ~= '1' and till > now then return {'', till - now} end
 local ids = redis.call('ZRANGE', KEYS[2], 0, -1)
 if #ids == 0 then return {'', 0} end
 redis.call('DEL', KEYS[2])
 local entry = 'c|' .. table.concat(ids, ',')
 redis.call('ZADD', KEYS[3], ARGV[1], entry)
-redis.call('SET', KEYS[1], tonumber(ARGV[1]) + tonumber(ARGV[2]), 'PX', tonumber(ARGV[2]) + 60000)
-return {entry, 0}
+cap = math.min(cap * 2, tonumber(ARGV[4]))
+writeWindow(KEYS[1], now + base, now + cap, cap)
+return {entry, base}
 `)
 
 // releaseLockCmd deletes a lock only if the caller still holds it, so a

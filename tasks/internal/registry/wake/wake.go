@@ -78,9 +78,9 @@ func (s *Store) HoldIfBusy(ctx context.Context, tag, trigger string, now time.Ti
 // (stormCmd). send: it goes now, and a window of the given length opened
 // (or it had been let through before). Otherwise it waits in the storm
 // queue, and the window ends in wait.
-func (s *Store) StormGate(ctx context.Context, tag, jobID string, generation int, now time.Time, window time.Duration) (send bool, wait time.Duration, err error) {
+func (s *Store) StormGate(ctx context.Context, tag, jobID string, generation int, now time.Time, window, firstCap time.Duration) (send bool, wait time.Duration, err error) {
 	n, err := s.w.Script(ctx, stormCmd, []string{s.k.StormWindow(tag), s.k.StormQueue(tag), s.k.Job(tag, jobID)},
-		jobID, now.UnixMilli(), window.Milliseconds(), generation).Int64()
+		jobID, now.UnixMilli(), window.Milliseconds(), generation, firstCap.Milliseconds()).Int64()
 	if err != nil {
 		return false, 0, registry.Unavailable("storm guard", err)
 	}
@@ -92,11 +92,12 @@ func (s *Store) StormGate(ctx context.Context, tag, jobID string, generation int
 }
 
 // StormFlush ends a session's storm window (stormFlushCmd): what queued
-// behind it becomes one EntryMerged, returned with ok. If the window is
-// still open (and not force), left says for how long.
-func (s *Store) StormFlush(ctx context.Context, tag string, now time.Time, window time.Duration, force bool) (e registry.Entry, ok bool, left time.Duration, err error) {
+// behind it becomes one EntryMerged, returned with ok, and left is the new
+// window's length. If the window is still open (and not force), left says
+// for how long.
+func (s *Store) StormFlush(ctx context.Context, tag string, now time.Time, window, maxCap time.Duration, force bool) (e registry.Entry, ok bool, left time.Duration, err error) {
 	res, err := s.w.Script(ctx, stormFlushCmd, []string{s.k.StormWindow(tag), s.k.StormQueue(tag), s.k.Outbox(tag)},
-		now.UnixMilli(), window.Milliseconds(), boolStr(force)).Slice()
+		now.UnixMilli(), window.Milliseconds(), boolStr(force), maxCap.Milliseconds()).Slice()
 	if err != nil || len(res) != 2 {
 		return registry.Entry{}, false, 0, registry.Unavailable("storm flush", err)
 	}
@@ -105,7 +106,7 @@ func (s *Store) StormFlush(ctx context.Context, tag string, now time.Time, windo
 	if raw == "" {
 		return registry.Entry{}, false, time.Duration(wait) * time.Millisecond, nil
 	}
-	return registry.ParseEntry(raw, now.UnixMilli()), true, 0, nil
+	return registry.ParseEntry(raw, now.UnixMilli()), true, time.Duration(wait) * time.Millisecond, nil
 }
 
 // LockDelivery takes the session's one-delivery-at-a-time lock for message

@@ -43,23 +43,40 @@ func TestStormScripts(t *testing.T) {
 		wantWait time.Duration
 	}{
 		{desc: "the first goes at once", j: lead, at: now, wantSend: true, wantWait: window},
-		{desc: "the next merges behind the window", j: merged, at: now.Add(200 * time.Millisecond), wantWait: 800 * time.Millisecond},
+		{desc: "the next merges, keeping the window open a window longer", j: merged, at: now.Add(200 * time.Millisecond), wantWait: window},
 		{desc: "a repeat of the first is answered the same", j: lead, at: now.Add(300 * time.Millisecond), wantSend: true, wantWait: window},
-		{desc: "a repeat of the merged is answered the same", j: merged, at: now.Add(400 * time.Millisecond), wantWait: 600 * time.Millisecond},
+		{desc: "a repeat of the merged is answered the same", j: merged, at: now.Add(400 * time.Millisecond), wantWait: 800 * time.Millisecond},
 	} {
-		send, wait, err := b.wake.StormGate(b.Ctx, tag, tc.j.ID, 0, tc.at, window)
+		send, wait, err := b.wake.StormGate(b.Ctx, tag, tc.j.ID, 0, tc.at, window, 3*window)
 		require.NoError(t, err, tc.desc)
 		require.Equal(t, tc.wantSend, send, tc.desc)
 		require.Equal(t, tc.wantWait, wait, tc.desc)
 	}
-	_, ok, left, err := b.wake.StormFlush(b.Ctx, tag, now.Add(500*time.Millisecond), window, false)
+	_, ok, left, err := b.wake.StormFlush(b.Ctx, tag, now.Add(500*time.Millisecond), window, time.Minute, false)
 	require.NoError(t, err)
 	require.False(t, ok)
-	require.Equal(t, 500*time.Millisecond, left, "the window is still open")
-	e, ok, _, err := b.wake.StormFlush(b.Ctx, tag, now.Add(window), window, false)
+	require.Equal(t, 700*time.Millisecond, left, "the window is still open")
+	end := now.Add(1200 * time.Millisecond)
+	e, ok, left, err := b.wake.StormFlush(b.Ctx, tag, end, window, time.Minute, false)
 	require.NoError(t, err)
 	require.True(t, ok)
-	require.Equal(t, registry.Entry{Kind: registry.EntryMerged, Ref: merged.ID, At: now.Add(window).UnixMilli()}, e)
+	require.Equal(t, registry.Entry{Kind: registry.EntryMerged, Ref: merged.ID, At: end.UnixMilli()}, e)
+	require.Equal(t, window, left, "a new window opens behind the merge")
+
+	// Completions that keep coming stretch a window only up to its cap,
+	// which doubles with each window that merged something.
+	at := end
+	for i := range 10 {
+		j := b.PlainJob(t, false)
+		at = end.Add(time.Duration(i+1) * 500 * time.Millisecond)
+		send, _, err := b.wake.StormGate(b.Ctx, tag, j.ID, 0, at, window, 3*window)
+		require.NoError(t, err)
+		require.False(t, send, "completion %d merges", i)
+	}
+	_, ok, left, err = b.wake.StormFlush(b.Ctx, tag, at, window, time.Minute, false)
+	require.NoError(t, err)
+	require.False(t, ok)
+	require.Equal(t, end.Add(6*window).Sub(at), left, "the second window's cap is twice the first's: 6 s from its opening")
 }
 
 // Busy: a resume is held; a lapse before the lease ends changes nothing;
