@@ -2,9 +2,6 @@ package tasks
 
 import (
 	"context"
-	"encoding/base64"
-	"strconv"
-	"strings"
 
 	"github.com/bgjobs/bgjobs"
 	"github.com/bgjobs/bgjobs/tasks/internal/registry"
@@ -59,7 +56,7 @@ func (m *Manager) List(ctx context.Context, req ListRequest) ([]*bgjobs.Job, str
 	}
 	max, afterID := "+inf", ""
 	if req.Cursor != "" {
-		score, id, ok := decodeCursor(req.Cursor)
+		score, id, ok := registry.DecodeCursor(req.Cursor)
 		if !ok {
 			return nil, "", bgjobs.FieldError("cursor", "not a cursor this API returned")
 		}
@@ -116,29 +113,10 @@ func (m *Manager) List(ctx context.Context, req ListRequest) ([]*bgjobs.Job, str
 			}
 			out = append(out, j)
 			if len(out) == req.Limit {
-				return out, encodeCursor(lastScore, lastID), nil
+				return out, registry.EncodeCursor(lastScore, lastID), nil
 			}
 		}
 		max, afterID = lastScore, lastID
 	}
-	return out, encodeCursor(lastScore, lastID), nil
-}
-
-func encodeCursor(score, id string) string {
-	return base64.RawURLEncoding.EncodeToString([]byte(score + "|" + id))
-}
-
-func decodeCursor(c string) (score, id string, ok bool) {
-	b, err := base64.RawURLEncoding.DecodeString(c)
-	if err != nil {
-		return "", "", false
-	}
-	score, id, ok = strings.Cut(string(b), "|")
-	if !ok || !bgjobs.ValidJobID(id) {
-		return "", "", false
-	}
-	if _, err := strconv.ParseInt(score, 10, 64); err != nil {
-		return "", "", false
-	}
-	return score, id, true
+	return out, registry.EncodeCursor(lastScore, lastID), nil
 }

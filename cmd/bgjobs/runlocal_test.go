@@ -133,7 +133,7 @@ func TestReadmeQuickStart(t *testing.T) {
 			require.Contains(t, string(got), spawned[0], "the first drain hands the result over")
 			require.Contains(t, string(got), "<task-notification>")
 		case strings.Contains(cmd, "/drain"):
-			require.Contains(t, string(got), `{"notifications":[]}`, "the second drain: nothing again")
+			require.Contains(t, string(got), `{"notifications":[],"more":false}`, "the second drain: nothing again")
 		}
 	}
 	require.Len(t, spawned, 2, "the turn and the work job")
@@ -145,7 +145,7 @@ func TestReadmeQuickStart(t *testing.T) {
 	got, err := demo.CombinedOutput()
 	require.NoError(t, err, "%s", got)
 	require.Contains(t, string(got), "<task-notification>")
-	require.Contains(t, string(got), `{"notifications":[]}`)
+	require.Contains(t, string(got), `{"notifications":[],"more":false}`)
 }
 
 // The README's "Running for real" commands: serve with a key and a worker

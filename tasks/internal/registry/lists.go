@@ -2,7 +2,9 @@ package registry
 
 import (
 	"context"
+	"encoding/base64"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -61,4 +63,26 @@ func (s *Store) AgentsWithJobs(ctx context.Context) ([]string, error) {
 func (s *Store) AgentJobsBefore(ctx context.Context, agent string, cutoff time.Time) ([]string, error) {
 	ids, err := s.rdb.ZRangeByScore(ctx, s.k.AgentJobs(agent), &redis.ZRangeBy{Min: "-inf", Max: ms(cutoff)}).Result()
 	return ids, unavailable("list jobs", err)
+}
+
+// EncodeCursor is a job list's page cursor: the last row's score and id.
+func EncodeCursor(score, id string) string {
+	return base64.RawURLEncoding.EncodeToString([]byte(score + "|" + id))
+}
+
+// DecodeCursor reads a cursor EncodeCursor made; ok is false for anything
+// else.
+func DecodeCursor(c string) (score, id string, ok bool) {
+	b, err := base64.RawURLEncoding.DecodeString(c)
+	if err != nil {
+		return "", "", false
+	}
+	score, id, ok = strings.Cut(string(b), "|")
+	if !ok || !bgjobs.ValidJobID(id) {
+		return "", "", false
+	}
+	if _, err := strconv.ParseInt(score, 10, 64); err != nil {
+		return "", "", false
+	}
+	return score, id, true
 }
