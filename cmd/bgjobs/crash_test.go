@@ -374,3 +374,63 @@ func TestIndexSurvivesKillNineAndRebuilds(t *testing.T) {
 	_, base = startServeProcess(t, srv.URL(), dataDir, out)
 	testenv.Eventually(t, 20*time.Second, "the reindexed index", func() bool { return total(base) == n })
 }
+
+// kill -9 of a worker with 50 running jobs: another worker runs each of
+// them again within 45 s of the kill (not asynq's minute or two), and
+// every job settles once and drains once.
+func TestDeadWorkersJobsRunAgainSoon(t *testing.T) {
+	if testing.Short() {
+		t.Skip("kills a worker process")
+	}
+	t.Parallel()
+	srv := testenv.StartRedisServer(t)
+	m := privateManager(t, srv)
+	ctx := context.Background()
+	out := &lockedBuffer{}
+	doomed := startWorker(t, srv.URL(), out)
+	var ids []string
+	for i := range 50 {
+		args, _ := json.Marshal(tasks.EchoArgs{Text: fmt.Sprint("job ", i), DelayMS: 8000})
+		j, _, err := m.Spawn(ctx, tasks.SpawnRequest{Agent: "alpha", OriginSession: "chat-dead", Kind: bgjobs.KindWork,
+			Description: "survivor", Work: &bgjobs.WorkSpec{Type: "echo", Args: args}})
+		require.NoError(t, err)
+		ids = append(ids, j.ID)
+	}
+	testenv.Eventually(t, 30*time.Second, "all 50 running on the doomed worker", func() bool {
+		for _, id := range ids {
+			if j, err := m.Get(ctx, "alpha", id); err != nil || j.Status != bgjobs.StatusRunning {
+				return false
+			}
+		}
+		return true
+	})
+	startWorker(t, srv.URL(), out)
+	time.Sleep(time.Second) // the survivor is up
+	require.NoError(t, doomed.Process.Kill())
+	_ = doomed.Wait()
+	killed := time.Now()
+
+	testenv.Eventually(t, 120*time.Second, "every job completed", func() bool {
+		for _, id := range ids {
+			if j, err := m.Get(ctx, "alpha", id); err != nil || j.Status != bgjobs.StatusCompleted {
+				return false
+			}
+		}
+		return true
+	})
+	var last time.Duration
+	for _, id := range ids {
+		j, err := m.Get(ctx, "alpha", id)
+		require.NoError(t, err)
+		require.Equal(t, 2, j.Attempts, "%s ran twice: once on the dead worker, once after", id)
+		last = max(last, j.StartedAt.Sub(killed))
+	}
+	t.Logf("from the kill to the last re-run starting: %s", last.Round(100*time.Millisecond))
+	require.LessOrEqual(t, last, 45*time.Second)
+	ns, err := m.Drain(ctx, "alpha", "chat-dead", "")
+	require.NoError(t, err)
+	require.Len(t, ns, 50, "each settled and drained once")
+	ns, err = m.Drain(ctx, "alpha", "chat-dead", "")
+	require.NoError(t, err)
+	require.Empty(t, ns)
+}

@@ -209,6 +209,11 @@ func (e *Engine) StateOf(j *bgjobs.Job) (TaskState, error) {
 		Retried: info.Retried, LastErr: info.LastErr}, nil
 }
 
+// Queues are bgjobs' asynq queues in this namespace.
+func (e *Engine) Queues() []string {
+	return []string{e.Queue(QueueTurns), e.Queue(QueueWork), e.Queue(QueueResume), e.Queue(QueueControl)}
+}
+
 // LiveTaskIDs lists the tasks live asynq workers report running.
 func (e *Engine) LiveTaskIDs() (map[string]bool, error) {
 	servers, err := e.insp.Servers()

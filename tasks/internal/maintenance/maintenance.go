@@ -37,6 +37,10 @@ const (
 	indexPageSize = 500
 	// leaseName is the maintenance lease in Redis.
 	leaseName = "maintenance"
+	// OrphanInterval is how often every process looks for tasks a dead
+	// worker left: a lease expires 30 s after its worker's last heartbeat,
+	// so a dead worker's tasks run again within about 35 s.
+	OrphanInterval = 5 * time.Second
 )
 
 // Deps are what the sweeps run with.
@@ -69,6 +73,24 @@ func New(d Deps) *Maintainer {
 // Start sweeps now (if elected) and then every interval until Stop.
 func (m *Maintainer) Start(ctx context.Context) error {
 	ctx, m.stop = context.WithCancel(ctx)
+	m.wg.Go(func() {
+		// Every process, not only the leader: the leader may be the worker
+		// that died.
+		tick := time.NewTicker(OrphanInterval)
+		defer tick.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-tick.C:
+				if n, err := m.RecoverOrphans(ctx); err != nil && ctx.Err() == nil {
+					m.Log.Warn("recover orphaned tasks", slog.Any("err", err))
+				} else if n > 0 {
+					m.Log.Warn("tasks of a dead worker re-queued", slog.Int("tasks", n))
+				}
+			}
+		}
+	})
 	m.wg.Go(func() {
 		tick := time.NewTicker(m.Interval)
 		defer tick.Stop()
@@ -129,6 +151,36 @@ func (m *Maintainer) Sweep(ctx context.Context) (int, error) {
 		m.Log.Warn("index sweep", slog.Any("err", err))
 	}
 	return m.reconcile(ctx)
+}
+
+// RecoverOrphans re-queues the tasks a dead worker left active: their lease
+// expired and no live worker reports them. A live worker's task never
+// moves: the lease is checked again as the task moves, atomically.
+func (m *Maintainer) RecoverOrphans(ctx context.Context) (int, error) {
+	expired, err := m.Store.ExpiredLeases(ctx, m.Engine.Queues(), m.Now())
+	if err != nil || len(expired) == 0 {
+		return 0, err
+	}
+	live, err := m.Engine.LiveTaskIDs()
+	if err != nil {
+		return 0, err
+	}
+	n := 0
+	for queue, ids := range expired {
+		for _, id := range ids {
+			if live[id] {
+				continue
+			}
+			ok, err := m.Store.RequeueOrphan(ctx, queue, id, m.Now())
+			if err != nil {
+				return n, err
+			}
+			if ok {
+				n++
+			}
+		}
+	}
+	return n, nil
 }
 
 // reconcile settles jobs whose engine lost them: a row that is not
