@@ -23,6 +23,7 @@ import (
 
 	"github.com/bgjobs/bgjobs/handlers"
 	"github.com/bgjobs/bgjobs/internal/netguard"
+	"github.com/bgjobs/bgjobs/internal/redisconn"
 	"github.com/bgjobs/bgjobs/mcpapi"
 	"github.com/bgjobs/bgjobs/metrics"
 	"github.com/bgjobs/bgjobs/search"
@@ -238,7 +239,7 @@ func monitoring(cfg bgjobs.Config, conn *redisConn) (*asynqmon.HTTPHandler, erro
 		opt = asynq.RedisClientOpt{Addr: conn.embedded.m.Addr()}
 	} else {
 		var err error
-		if opt, err = asynq.ParseRedisURI(cfg.RedisURL); err != nil {
+		if opt, err = redisconn.ConnOpt(cfg.RedisURL); err != nil {
 			return nil, err
 		}
 	}

@@ -4,16 +4,55 @@ package redisconn
 
 import (
 	"fmt"
+	"net/url"
+	"strconv"
+	"strings"
 
 	"github.com/hibiken/asynq"
 	"github.com/redis/go-redis/v9"
 )
 
+// ConnOpt reads url as asynq does, and completes a Sentinel URL, which
+// asynq reads only partly:
+//
+//	redis-sentinel://[:sentinel-password@]host:port[,host:port…][/db]?master=name[&password=…][&username=…]
+//
+// The user info goes to the sentinels (as asynq has it); the path picks
+// the database; password and username are the master's own.
+func ConnOpt(raw string) (asynq.RedisConnOpt, error) {
+	opt, err := asynq.ParseRedisURI(raw)
+	if err != nil {
+		return nil, err
+	}
+	f, ok := opt.(asynq.RedisFailoverClientOpt)
+	if !ok {
+		return opt, nil
+	}
+	u, err := url.Parse(raw)
+	if err != nil {
+		return nil, err
+	}
+	if db := strings.Trim(u.Path, "/"); db != "" {
+		if f.DB, err = strconv.Atoi(db); err != nil || f.DB < 0 {
+			return nil, fmt.Errorf("redis-sentinel URL: database %q is not a number", db)
+		}
+	}
+	q := u.Query()
+	f.Password, f.Username = q.Get("password"), q.Get("username")
+	if u.User != nil {
+		f.SentinelUsername = u.User.Username()
+	}
+	if f.MasterName == "" {
+		return nil, fmt.Errorf("redis-sentinel URL: name the master with ?master=")
+	}
+	return f, nil
+}
+
 // Open returns a client for url. It speaks RESP2: bgjobs uses no RESP3
 // feature, and go-redis checks for RESP3 push notifications around every
 // command, which cost about a tenth of a worker's CPU in the benchmark.
 func Open(url string) (redis.UniversalClient, error) {
-	opt, err := asynq.ParseRedisURI(url)
+	opt, err := ConnOpt(url)
 	if err != nil {
 		return nil, err
 	}

@@ -7,9 +7,11 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"fmt"
 	"net"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strconv"
 	"testing"
 	"time"
@@ -113,15 +115,45 @@ func FreePort(t testing.TB) int {
 
 // RedisServer is a private redis-server process.
 type RedisServer struct {
-	Port int
-	Dir  string
-	cmd  *exec.Cmd
-	args []string
+	Port     int
+	Dir      string
+	cmd      *exec.Cmd
+	args     []string
+	password string
+}
+
+// StartSentinel starts a private sentinel monitoring the master on
+// masterPort as name (quorum 1), authenticating to it with password, and
+// returns its port.
+func StartSentinel(t testing.TB, masterPort int, name, password string) int {
+	t.Helper()
+	bin, err := exec.LookPath("redis-server")
+	if err != nil {
+		SkipOrFail(t, "redis-server is not installed")
+	}
+	port, dir := FreePort(t), t.TempDir()
+	conf := fmt.Sprintf("port %d\nbind 127.0.0.1\ndir %s\nsentinel monitor %s 127.0.0.1 %d 1\n", port, dir, name, masterPort)
+	if password != "" {
+		conf += fmt.Sprintf("sentinel auth-pass %s %s\n", name, password)
+	}
+	path := filepath.Join(dir, "sentinel.conf")
+	if err := os.WriteFile(path, []byte(conf), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(bin, path, "--sentinel")
+	if err := cmd.Start(); err != nil {
+		t.Fatalf("sentinel: %v", err)
+	}
+	s := &RedisServer{Port: port, cmd: cmd}
+	t.Cleanup(s.Kill)
+	s.waitReady(t)
+	return port
 }
 
 // StartRedisServer starts a private redis-server on a free loopback port
 // with AOF persistence (fsync always), for tests that kill processes.
-func StartRedisServer(t testing.TB) *RedisServer {
+// extra are more redis-server arguments ("--requirepass", "s3cret").
+func StartRedisServer(t testing.TB, extra ...string) *RedisServer {
 	t.Helper()
 	bin, err := exec.LookPath("redis-server")
 	if err != nil {
@@ -130,6 +162,12 @@ func StartRedisServer(t testing.TB) *RedisServer {
 	s := &RedisServer{Port: FreePort(t), Dir: t.TempDir()}
 	s.args = []string{"--port", strconv.Itoa(s.Port), "--bind", "127.0.0.1", "--dir", s.Dir,
 		"--appendonly", "yes", "--appendfsync", "always", "--save", "", "--daemonize", "no"}
+	for i := 0; i+1 < len(extra); i += 2 {
+		if extra[i] == "--requirepass" {
+			s.password = extra[i+1]
+		}
+	}
+	s.args = append(s.args, extra...)
 	s.cmd = exec.Command(bin, s.args...)
 	if err := s.cmd.Start(); err != nil {
 		t.Fatalf("redis-server: %v", err)
@@ -152,7 +190,7 @@ func (s *RedisServer) Kill() {
 
 func (s *RedisServer) waitReady(t testing.TB) {
 	t.Helper()
-	rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:" + strconv.Itoa(s.Port)})
+	rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:" + strconv.Itoa(s.Port), Password: s.password})
 	defer rdb.Close()
 	deadline := time.Now().Add(10 * time.Second)
 	for time.Now().Before(deadline) {
@@ -182,7 +220,7 @@ func Eventually(t testing.TB, timeout time.Duration, what string, cond func() bo
 func RestartRedisServer(t testing.TB, s *RedisServer) *RedisServer {
 	t.Helper()
 	bin, _ := exec.LookPath("redis-server")
-	n := &RedisServer{Port: s.Port, Dir: s.Dir, args: s.args}
+	n := &RedisServer{Port: s.Port, Dir: s.Dir, args: s.args, password: s.password}
 	n.cmd = exec.Command(bin, n.args...)
 	if err := n.cmd.Start(); err != nil {
 		t.Fatalf("redis-server restart: %v", err)
