@@ -42,6 +42,8 @@ const (
 	MaxFastFetchLoopsDefault    = 3
 	// MaxDepthDefault bounds how deep a worker's own spawns may nest.
 	MaxDepthDefault = 3
+	// MinReplicasTimeoutDefault bounds the wait for replicas (MinReplicas).
+	MinReplicasTimeoutDefault = time.Second
 	// TurnWindowDefault seals a turn's batch this long after its last spawn.
 	TurnWindowDefault = 2 * time.Second
 )
@@ -75,6 +77,14 @@ type Config struct {
 	// SummaryChars caps a turn report inside a notification. Defaults to
 	// SummaryCharsDefault.
 	SummaryChars int
+	// MinReplicas (BGJOBS_MIN_REPLICAS): when above 0, a write bgjobs waits
+	// for (a spawn, a settle, a drain's flip, an ack) counts as done only
+	// once that many replicas confirm it (Redis WAIT); past
+	// MinReplicasTimeout (BGJOBS_MIN_REPLICAS_TIMEOUT) the caller gets 503
+	// and may repeat with its idempotency key. 0: Redis' asynchronous
+	// replication, which a failover may cut short by its last second.
+	MinReplicas        int
+	MinReplicasTimeout time.Duration
 	// TurnWindow (BGJOBS_TURN_WINDOW) seals the batch of a spawn's turn_id
 	// this long after the turn's last spawn, unless the session goes idle
 	// first. Defaults to TurnWindowDefault.
@@ -189,6 +199,7 @@ func (c Config) WithDefaults() Config {
 	c.RunTimeout = cmp.Or(c.RunTimeout, RunTimeoutDefault)
 	c.MaxDepth = cmp.Or(c.MaxDepth, MaxDepthDefault)
 	c.TurnWindow = cmp.Or(c.TurnWindow, TurnWindowDefault)
+	c.MinReplicasTimeout = cmp.Or(c.MinReplicasTimeout, MinReplicasTimeoutDefault)
 	c.ResumeCoalesce = cmp.Or(c.ResumeCoalesce, ResumeCoalesceDefault)
 	c.ResumeCoalesceMax = cmp.Or(c.ResumeCoalesceMax, ResumeCoalesceMaxDefault)
 	c.Retention = cmp.Or(c.Retention, RetentionDefault)
@@ -226,6 +237,9 @@ func (c Config) Validate() error {
 	}
 	if c.MaxFetchLoops < 1 || c.MaxFastFetchLoops < 1 {
 		return FieldError("BGJOBS_MAX_FETCH_LOOPS", "fetch loops must be at least 1")
+	}
+	if c.MinReplicas < 0 {
+		return FieldError("BGJOBS_MIN_REPLICAS", "must be 0 or more")
 	}
 	if c.MaxDepth < 1 {
 		return FieldError("BGJOBS_MAX_DEPTH", "must be at least 1")
@@ -295,6 +309,7 @@ func Load(getenv func(string) string) (Config, error) {
 		{"BGJOBS_RESUME_RETRIES", &c.ResumeRetries},
 		{"BGJOBS_RESUME_AGAIN_MAX", &c.ResumeAgainMax},
 		{"BGJOBS_MAX_DEPTH", &c.MaxDepth},
+		{"BGJOBS_MIN_REPLICAS", &c.MinReplicas},
 	}
 	for _, v := range ints {
 		if s := getenv(v.name); s != "" {
@@ -323,6 +338,7 @@ func Load(getenv func(string) string) (Config, error) {
 		{"BGJOBS_SPARE_POLL_INTERVAL", &c.SparePollInterval},
 		{"BGJOBS_RESUME_AGAIN_INTERVAL", &c.ResumeAgainInterval},
 		{"BGJOBS_TURN_WINDOW", &c.TurnWindow},
+		{"BGJOBS_MIN_REPLICAS_TIMEOUT", &c.MinReplicasTimeout},
 	}
 	for _, v := range durations {
 		if s := getenv(v.name); s != "" {

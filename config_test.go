@@ -26,7 +26,7 @@ func TestWithDefaultsAppliesEveryDefault(t *testing.T) {
 		SparePollInterval:    bgjobs.SparePollIntervalDefault,
 		EventStreamsPerAgent: bgjobs.EventStreamsPerAgentDefault, EventStreams: bgjobs.EventStreamsDefault,
 		ResumeRetries: bgjobs.ResumeRetriesDefault, ResumeAgainInterval: bgjobs.ResumeAgainIntervalDefault,
-		ResumeAgainMax: bgjobs.ResumeAgainMaxDefault, MaxDepth: bgjobs.MaxDepthDefault, TurnWindow: bgjobs.TurnWindowDefault, ResumeCoalesceMax: bgjobs.ResumeCoalesceMaxDefault,
+		ResumeAgainMax: bgjobs.ResumeAgainMaxDefault, MaxDepth: bgjobs.MaxDepthDefault, TurnWindow: bgjobs.TurnWindowDefault, ResumeCoalesceMax: bgjobs.ResumeCoalesceMaxDefault, MinReplicasTimeout: bgjobs.MinReplicasTimeoutDefault,
 	}
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("WithDefaults (-want +got):\n%s", diff)

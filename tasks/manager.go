@@ -88,6 +88,7 @@ func NewManager(rdb redis.UniversalClient, cfg bgjobs.Config, d Deps) *Manager {
 		d.Logger = slog.Default()
 	}
 	w := pipeline.New(rdb, d.Logger)
+	w.Replicas(cfg.MinReplicas, cfg.MinReplicasTimeout)
 	_ = w.Start(context.Background())
 	store := registry.New(rdb, w, cfg.Namespace, cfg.Retention)
 	streams := feeds.New(rdb, w, store.Keys())

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"net/http"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -81,4 +82,46 @@ func TestStalledHandoverLosesNothing(t *testing.T) {
 	stalled("POST", "/v1/jobs/"+ids[0]+"/ack")
 	time.Sleep(3 * time.Second)
 	require.Equal(t, 1, drained("chat-stall-ack")[ids[0]], "an ack whose caller gave up leaves the result to the drain")
+}
+
+// With BGJOBS_MIN_REPLICAS=1 a spawn, a settle and a drain count only once
+// a replica has them: with the replica down, a spawn answers 503 in about
+// the timeout (and a repeat with its key works once the replica is back).
+func TestMinReplicasConfirmsWrites(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs a master and a replica")
+	}
+	t.Parallel()
+	master := testenv.StartRedisServer(t)
+	replica := testenv.StartRedisServer(t, "--replicaof", "127.0.0.1", strconv.Itoa(master.Port))
+	mrdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:" + strconv.Itoa(master.Port)})
+	t.Cleanup(func() { _ = mrdb.Close() })
+	linked := func() bool {
+		info, _ := mrdb.Info(context.Background(), "replication").Result()
+		return strings.Contains(info, "connected_slaves:1") && strings.Contains(info, "state=online")
+	}
+	testenv.Eventually(t, 20*time.Second, "the replica in sync", linked)
+	base := startServe(t, map[string]string{"REDIS_URL": master.URL(), "BGJOBS_AUTO_RESUME": "false",
+		"BGJOBS_MIN_REPLICAS": "1", "BGJOBS_MIN_REPLICAS_TIMEOUT": "500ms"})
+	c := client{t: t, base: base}
+	job := map[string]any{"origin_session": "chat-rep", "kind": "work", "work": map[string]any{"type": "echo", "args": map[string]any{"text": "safe"}}}
+	code, j := c.do("POST", "/v1/jobs", job)
+	require.Equal(t, http.StatusAccepted, code, "%v", j)
+	c.waitStatus(j["id"].(string), "completed")
+	code, d := c.do("POST", "/v1/sessions/chat-rep/drain", nil)
+	require.Equal(t, http.StatusOK, code, "%v", d)
+	require.Len(t, d["notifications"], 1)
+
+	replica.Kill()
+	start := time.Now()
+	code, e := c.do("POST", "/v1/jobs", job, "Idempotency-Key", "rep-1")
+	took := time.Since(start)
+	require.Equal(t, http.StatusServiceUnavailable, code, "%v", e)
+	t.Logf("spawn with the replica down: 503 after %s", took.Round(time.Millisecond))
+
+	testenv.RestartRedisServer(t, replica)
+	testenv.Eventually(t, 20*time.Second, "the replica back in sync", linked)
+	code, j = c.do("POST", "/v1/jobs", job, "Idempotency-Key", "rep-1")
+	require.Contains(t, []int{http.StatusAccepted, http.StatusOK}, code, "the repeat with its key: %v", j)
+	c.waitStatus(j["id"].(string), "completed")
 }

@@ -18,9 +18,11 @@ package pipeline
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -53,6 +55,42 @@ type Writer struct {
 	mu      sync.RWMutex
 	started bool
 	stopped bool
+	// replicas and replicaWait: see Replicas.
+	replicas    int
+	replicaWait time.Duration
+}
+
+// ErrNotReplicated fails the commands of a waited pipeline whose writes did
+// not reach the replicas Replicas asks for in time. The writes stand on the
+// master; a repeat (with its idempotency key) finds them.
+var ErrNotReplicated = errors.New("not confirmed by enough replicas in time")
+
+// Replicas makes every waited pipeline end with WAIT n timeout, so its
+// writes count as done only once n replicas have them. Call it before
+// Start; 0 (the default) waits for none.
+func (w *Writer) Replicas(n int, timeout time.Duration) {
+	w.replicas, w.replicaWait = n, timeout
+}
+
+// confirm ends p with WAIT when replicas are asked for, and returns the
+// check to run on the pipeline's commands once they are back.
+func (w *Writer) confirm(ctx context.Context, p redis.Pipeliner) func([]redis.Cmder) {
+	if w.replicas <= 0 {
+		return func([]redis.Cmder) {}
+	}
+	wait := p.Do(ctx, "wait", w.replicas, w.replicaWait.Milliseconds())
+	return func(cmds []redis.Cmder) {
+		acked, err := wait.Int64()
+		if err == nil && acked >= int64(w.replicas) {
+			return
+		}
+		err = fmt.Errorf("%w: %d of %d replicas within %s", ErrNotReplicated, acked, w.replicas, w.replicaWait)
+		for _, c := range cmds {
+			if c != wait && c.Err() == nil {
+				c.SetErr(err)
+			}
+		}
+	}
 }
 
 type request struct {
@@ -139,7 +177,17 @@ func (w *Writer) Script(ctx context.Context, s *redis.Script, keys []string, arg
 		return ErrCmd(ctx, err)
 	}
 	if err := cmd.Err(); err != nil && strings.HasPrefix(err.Error(), "NOSCRIPT") {
-		return s.Run(ctx, w.rdb, keys, args...)
+		if w.replicas <= 0 {
+			return s.Run(ctx, w.rdb, keys, args...)
+		}
+		// With its body, and confirmed like any waited pipeline.
+		var check func([]redis.Cmder)
+		cmds, _ := w.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+			cmd = s.Eval(ctx, p, keys, args...)
+			check = w.confirm(ctx, p)
+			return nil
+		})
+		check(cmds)
 	}
 	return cmd
 }
@@ -160,12 +208,15 @@ func (w *Writer) syncLoop() {
 		ctx := context.Background()
 		// Per-command errors land in each command; Exec's own error is the
 		// first of them, so it is not needed here.
-		_, _ = w.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		var check func([]redis.Cmder)
+		cmds, _ := w.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 			for _, r := range batch {
 				r.queue(ctx, p)
 			}
+			check = w.confirm(ctx, p)
 			return nil
 		})
+		check(cmds)
 		for _, r := range batch {
 			close(r.done)
 		}
