@@ -266,10 +266,25 @@ func TestCLIWithTheRealBinary(t *testing.T) {
 	require.Contains(t, out, "would purge 1 job(s)", "a dry run says so")
 	require.Contains(t, out, ids["alpha"])
 	require.NotContains(t, out, ids["beta"], "--agent purges one agent's jobs")
+	// The operator scripts wrap the same commands.
+	bin, err := buildBinary()
+	require.NoError(t, err)
+	script := func(name string, args ...string) string {
+		cmd := exec.Command("../../scripts/"+name, args...)
+		cmd.Env = append(os.Environ(), append(env, "BGJOBS="+bin)...)
+		got, err := cmd.CombinedOutput()
+		require.NoError(t, err, "%s", got)
+		return string(got)
+	}
+	require.Contains(t, script("purge", "--help"), "usage: scripts/purge")
+	require.Contains(t, script("retry", "--help"), "usage: scripts/retry")
+	require.Contains(t, script("purge", "--dry-run", "--agent", "beta"), "would purge 1 job(s)")
+	require.Contains(t, script("retry", "--dry-run", ids["beta"]), ids["beta"])
+
 	out, _, code = binCLI(t, env, "purge", "--agent", "beta")
 	require.Equal(t, 0, code)
 	require.Contains(t, out, "purged 1 job(s)")
-	_, err := m.Get(ctx, "beta", ids["beta"])
+	_, err = m.Get(ctx, "beta", ids["beta"])
 	require.Equal(t, bgjobs.ENotFound, bgjobs.ErrorCode(err))
 	_, err = m.Get(ctx, "alpha", ids["alpha"])
 	require.NoError(t, err, "alpha's job stays")
