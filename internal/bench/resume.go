@@ -25,10 +25,27 @@ import (
 	"github.com/bgjobs/bgjobs/tasks"
 )
 
-// arrivals records when each resume reached the test agent, by trigger.
+// arrivals records when each resume reached the test agent, by trigger,
+// and how many reached each session.
 type arrivals struct {
-	mu sync.Mutex
-	at map[string]time.Time
+	mu       sync.Mutex
+	at       map[string]time.Time
+	sessions map[string]int
+}
+
+func (a *arrivals) markSession(session string) {
+	a.mu.Lock()
+	if a.sessions == nil {
+		a.sessions = map[string]int{}
+	}
+	a.sessions[session]++
+	a.mu.Unlock()
+}
+
+func (a *arrivals) count(session string) int {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.sessions[session]
 }
 
 func (a *arrivals) mark(trigger string) {
@@ -65,6 +82,7 @@ func (r a2aReceiver) Execute(ctx context.Context, rc *a2asrv.RequestContext, q e
 		if tr, _ := rc.Message.Metadata["trigger"].(string); tr != "" {
 			r.arr.mark(tr)
 		}
+		r.arr.markSession(rc.Message.ContextID)
 	}
 	return q.Write(ctx, a2a.NewMessage(a2a.MessageRoleAgent, a2a.TextPart{Text: "ok"}))
 }
@@ -148,7 +166,61 @@ func Resume(ctx context.Context, o Options, out io.Writer) error {
 	if err := fanOutJoin(ctx, m, api, arr, out); err != nil {
 		return err
 	}
+	if err := stormBurst(ctx, m, arr, out); err != nil {
+		return err
+	}
 	return waitLatency(ctx, api, o.Samples, out)
+}
+
+// stormBurst: 50 completions of one session spread over 2.5 s, counted as
+// the resumes that reach it; then a lone completion after a quiet spell,
+// timed from its end to its resume.
+func stormBurst(ctx context.Context, m *tasks.Manager, arr *arrivals, out io.Writer) error {
+	const session = "storm-burst"
+	var ids []string
+	for i := range 50 {
+		args, _ := json.Marshal(tasks.EchoArgs{Text: "x", DelayMS: i * 50})
+		j, _, err := m.Spawn(ctx, tasks.SpawnRequest{Agent: "a2a", OriginSession: session, Kind: bgjobs.KindWork,
+			Description: "burst", Work: &bgjobs.WorkSpec{Type: "echo", Args: args}})
+		if err != nil {
+			return err
+		}
+		ids = append(ids, j.ID)
+	}
+	deadline := time.Now().Add(60 * time.Second)
+	for _, id := range ids {
+		for {
+			j, err := m.Get(ctx, "a2a", id)
+			if err != nil {
+				return err
+			}
+			if j.Status.Terminal() {
+				break
+			}
+			if time.Now().After(deadline) {
+				return fmt.Errorf("storm burst: %s did not end", id)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	time.Sleep(5 * time.Second) // the last window closes; then quiet
+	burst := arr.count(session)
+	j, _, err := m.Spawn(ctx, tasks.SpawnRequest{Agent: "a2a", OriginSession: session, Kind: bgjobs.KindWork,
+		Description: "lone", Work: &bgjobs.WorkSpec{Type: "echo", Args: json.RawMessage(`{"text":"x"}`)}})
+	if err != nil {
+		return err
+	}
+	got, err := arr.wait(j.ID, 10*time.Second)
+	if err != nil {
+		return err
+	}
+	row, err := m.Get(ctx, "a2a", j.ID)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(out, "\nstorm guard: 50 completions of one session over 2.5 s: %d resumes (goal ≤ 3; fixed 250 ms windows sent one per window, ~10)\n", burst)
+	fmt.Fprintf(out, "  a lone completion after a quiet spell: resumed %.1f ms after it ended\n", ms(got.Sub(*row.CompletedAt)))
+	return nil
 }
 
 func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
