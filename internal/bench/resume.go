@@ -169,6 +169,9 @@ func Resume(ctx context.Context, o Options, out io.Writer) error {
 	if err := stormBurst(ctx, m, arr, out); err != nil {
 		return err
 	}
+	if err := drainAmidLoad(ctx, m, out); err != nil {
+		return err
+	}
 	return waitLatency(ctx, api, o.Samples, out)
 }
 
