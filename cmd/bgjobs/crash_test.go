@@ -69,6 +69,35 @@ func startProcess(t *testing.T, out *lockedBuffer, sub string, env ...string) *e
 	return cmd
 }
 
+// spawnEchoes spawns n echo jobs of agent alpha in session, each taking
+// delayMS, and returns their ids.
+func spawnEchoes(t *testing.T, m *tasks.Manager, session string, n, delayMS int) []string {
+	t.Helper()
+	var ids []string
+	for i := range n {
+		args, _ := json.Marshal(tasks.EchoArgs{Text: fmt.Sprint("job ", i), DelayMS: delayMS})
+		j, _, err := m.Spawn(context.Background(), tasks.SpawnRequest{Agent: "alpha", OriginSession: session, Kind: bgjobs.KindWork,
+			Description: "slow echo", Work: &bgjobs.WorkSpec{Type: "echo", Args: args}})
+		require.NoError(t, err)
+		ids = append(ids, j.ID)
+	}
+	return ids
+}
+
+// statusesOf counts alpha's jobs ids by status ("error" for a failed read).
+func statusesOf(m *tasks.Manager, ids []string) map[bgjobs.Status]int {
+	c := map[bgjobs.Status]int{}
+	for _, id := range ids {
+		j, err := m.Get(context.Background(), "alpha", id)
+		if err != nil {
+			c["error"]++
+			continue
+		}
+		c[j.Status]++
+	}
+	return c
+}
+
 // kill -9 of a real worker while 50 delayed echo jobs are active, and of
 // Redis itself (AOF, fsync always): after both restart, every job reaches a
 // terminal state and is drained exactly once. Nothing is lost.
@@ -84,26 +113,8 @@ func TestKillNineWorkerLosesNothing(t *testing.T) {
 	out := &lockedBuffer{}
 	first := startWorker(t, srv.URL(), out)
 	const n = 50
-	var ids []string
-	args, _ := json.Marshal(tasks.EchoArgs{Text: "survived", DelayMS: 4000})
-	for range n {
-		j, _, err := m.Spawn(ctx, tasks.SpawnRequest{Agent: "alpha", OriginSession: "chat-k", Kind: bgjobs.KindWork,
-			Description: "slow echo", Work: &bgjobs.WorkSpec{Type: "echo", Args: args}})
-		require.NoError(t, err)
-		ids = append(ids, j.ID)
-	}
-	statuses := func() map[bgjobs.Status]int {
-		c := map[bgjobs.Status]int{}
-		for _, id := range ids {
-			j, err := m.Get(ctx, "alpha", id)
-			if err != nil {
-				c["error"]++
-				continue
-			}
-			c[j.Status]++
-		}
-		return c
-	}
+	ids := spawnEchoes(t, m, "chat-k", n, 4000)
+	statuses := func() map[bgjobs.Status]int { return statusesOf(m, ids) }
 	testenv.Eventually(t, 30*time.Second, "all 50 running", func() bool { return statuses()[bgjobs.StatusRunning] == n })
 
 	require.NoError(t, first.Process.Kill())
@@ -388,21 +399,9 @@ func TestDeadWorkersJobsRunAgainSoon(t *testing.T) {
 	ctx := context.Background()
 	out := &lockedBuffer{}
 	doomed := startWorker(t, srv.URL(), out)
-	var ids []string
-	for i := range 50 {
-		args, _ := json.Marshal(tasks.EchoArgs{Text: fmt.Sprint("job ", i), DelayMS: 8000})
-		j, _, err := m.Spawn(ctx, tasks.SpawnRequest{Agent: "alpha", OriginSession: "chat-dead", Kind: bgjobs.KindWork,
-			Description: "survivor", Work: &bgjobs.WorkSpec{Type: "echo", Args: args}})
-		require.NoError(t, err)
-		ids = append(ids, j.ID)
-	}
+	ids := spawnEchoes(t, m, "chat-dead", 50, 8000)
 	testenv.Eventually(t, 30*time.Second, "all 50 running on the doomed worker", func() bool {
-		for _, id := range ids {
-			if j, err := m.Get(ctx, "alpha", id); err != nil || j.Status != bgjobs.StatusRunning {
-				return false
-			}
-		}
-		return true
+		return statusesOf(m, ids)[bgjobs.StatusRunning] == 50
 	})
 	startWorker(t, srv.URL(), out)
 	time.Sleep(time.Second) // the survivor is up
@@ -411,12 +410,7 @@ func TestDeadWorkersJobsRunAgainSoon(t *testing.T) {
 	killed := time.Now()
 
 	testenv.Eventually(t, 120*time.Second, "every job completed", func() bool {
-		for _, id := range ids {
-			if j, err := m.Get(ctx, "alpha", id); err != nil || j.Status != bgjobs.StatusCompleted {
-				return false
-			}
-		}
-		return true
+		return statusesOf(m, ids)[bgjobs.StatusCompleted] == 50
 	})
 	var last time.Duration
 	for _, id := range ids {
