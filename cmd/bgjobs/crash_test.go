@@ -103,7 +103,7 @@ func statusesOf(m *tasks.Manager, ids []string) map[bgjobs.Status]int {
 // terminal state and is drained exactly once. Nothing is lost.
 func TestKillNineWorkerLosesNothing(t *testing.T) {
 	if testing.Short() {
-		t.Skip("waits for asynq's lease recovery (about a minute)")
+		t.Skip("kills a worker and Redis")
 	}
 	t.Parallel()
 	srv := testenv.StartRedisServer(t)
