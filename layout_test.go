@@ -28,6 +28,7 @@ func TestLayout(t *testing.T) {
 		mod + "/tasks/internal/registry":              "every command on bgjobs' keys: jobs, sessions, batches, outboxes",
 		mod + "/tasks/internal/registry/wake":         "the registry's session wake-up state",
 		mod + "/tasks/internal/registry/feeds":        "the registry's event and report streams",
+		mod + "/tasks/internal/registry/reclaim":      "asynq's own keys, to re-queue a dead worker's tasks",
 		mod + "/tasks/internal/registry/handover":     "the registry's hand-over of results (drain, ack, wait take, undo)",
 		mod + "/tasks/internal/registry/tenants":      "the registry's agents and agent keys",
 		mod + "/tasks/internal/registry/registrytest": "the registry's test helpers",

@@ -30,6 +30,7 @@ import (
 	"github.com/bgjobs/bgjobs/tasks/internal/registry"
 	"github.com/bgjobs/bgjobs/tasks/internal/registry/feeds"
 	"github.com/bgjobs/bgjobs/tasks/internal/registry/handover"
+	"github.com/bgjobs/bgjobs/tasks/internal/registry/reclaim"
 	"github.com/bgjobs/bgjobs/tasks/internal/registry/tenants"
 	"github.com/bgjobs/bgjobs/tasks/internal/registry/wake"
 )
@@ -103,7 +104,7 @@ func NewManager(rdb redis.UniversalClient, cfg bgjobs.Config, d Deps) *Manager {
 	_ = hub.Start(context.Background())
 	return &Manager{
 		cfg: cfg, writer: w, store: store, hand: handover.New(w, store.Keys(), cfg.Retention), feeds: streams, tenants: agents, eng: eng, hub: hub, follow: follow,
-		maint: maintenance.New(maintenance.Deps{Store: store, Engine: eng, Followups: follow,
+		maint: maintenance.New(maintenance.Deps{Store: store, Reclaim: reclaim.New(rdb), Engine: eng, Followups: follow,
 			Interval: cfg.ReconcileInterval, Now: d.Now, Log: d.Logger}),
 		kinds: d.Kinds, agentAllow: netguard.NewAllow(cfg.AgentAllow), turns: d.Turns, now: d.Now, log: d.Logger,
 	}

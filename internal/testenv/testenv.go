@@ -13,6 +13,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -228,4 +229,40 @@ func RestartRedisServer(t testing.TB, s *RedisServer) *RedisServer {
 	t.Cleanup(func() { n.Kill() })
 	n.waitReady(t)
 	return n
+}
+
+// StartRedisCluster starts n private redis-servers as the masters of a
+// Redis Cluster (no replicas) and returns their addresses once the
+// cluster is ok.
+func StartRedisCluster(t testing.TB, n int) []string {
+	t.Helper()
+	cli, err := exec.LookPath("redis-cli")
+	if err != nil {
+		SkipOrFail(t, "redis-cli is not installed")
+	}
+	var addrs []string
+	for range n {
+		dir := t.TempDir()
+		s := StartRedisServer(t, "--cluster-enabled", "yes", "--cluster-config-file", filepath.Join(dir, "nodes.conf"),
+			"--cluster-node-timeout", "2000")
+		addrs = append(addrs, "127.0.0.1:"+strconv.Itoa(s.Port))
+	}
+	out, err := exec.Command(cli, append(append([]string{"--cluster", "create"}, addrs...), "--cluster-replicas", "0", "--cluster-yes")...).CombinedOutput()
+	if err != nil {
+		t.Fatalf("redis-cli --cluster create: %v\n%s", err, out)
+	}
+	c := redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs})
+	defer c.Close()
+	Eventually(t, 20*time.Second, "the cluster to be ok", func() bool {
+		ok := true
+		_ = c.ForEachShard(context.Background(), func(ctx context.Context, node *redis.Client) error {
+			info, err := node.ClusterInfo(ctx).Result()
+			if err != nil || !strings.Contains(info, "cluster_state:ok") {
+				ok = false
+			}
+			return nil
+		})
+		return ok
+	})
+	return addrs
 }

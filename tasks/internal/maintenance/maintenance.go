@@ -19,6 +19,7 @@ import (
 	"github.com/bgjobs/bgjobs/tasks/internal/engine"
 	"github.com/bgjobs/bgjobs/tasks/internal/followup"
 	"github.com/bgjobs/bgjobs/tasks/internal/registry"
+	"github.com/bgjobs/bgjobs/tasks/internal/registry/reclaim"
 )
 
 const (
@@ -45,7 +46,9 @@ const (
 
 // Deps are what the sweeps run with.
 type Deps struct {
-	Store     *registry.Store
+	Store *registry.Store
+	// Reclaim re-queues the tasks of dead workers.
+	Reclaim   *reclaim.Store
 	Engine    *engine.Engine
 	Followups *followup.Followups
 	// Interval between sweeps.
@@ -157,7 +160,7 @@ func (m *Maintainer) Sweep(ctx context.Context) (int, error) {
 // expired and no live worker reports them. A live worker's task never
 // moves: the lease is checked again as the task moves, atomically.
 func (m *Maintainer) RecoverOrphans(ctx context.Context) (int, error) {
-	expired, err := m.Store.ExpiredLeases(ctx, m.Engine.Queues(), m.Now())
+	expired, err := m.Reclaim.ExpiredLeases(ctx, m.Engine.Queues(), m.Now())
 	if err != nil || len(expired) == 0 {
 		return 0, err
 	}
@@ -171,7 +174,7 @@ func (m *Maintainer) RecoverOrphans(ctx context.Context) (int, error) {
 			if live[id] {
 				continue
 			}
-			ok, err := m.Store.RequeueOrphan(ctx, queue, id, m.Now())
+			ok, err := m.Reclaim.RequeueOrphan(ctx, queue, id, m.Now())
 			if err != nil {
 				return n, err
 			}

@@ -52,11 +52,11 @@ func (s *Store) Unlist(l JobList, id string) {
 // AgentsWithJobs lists the agents that have a job list.
 func (s *Store) AgentsWithJobs(ctx context.Context) ([]string, error) {
 	var out []string
-	iter := s.rdb.Scan(ctx, 0, s.k.agentJobsPattern(), 200).Iterator()
-	for iter.Next(ctx) {
-		out = append(out, s.k.agentOfKey(iter.Val(), "agent:", ":jobs"))
-	}
-	return out, unavailable("list agents", iter.Err())
+	err := ScanKeys(ctx, s.rdb, s.k.agentJobsPattern(), 200, func(key string) error {
+		out = append(out, s.k.agentOfKey(key, "agent:", ":jobs"))
+		return nil
+	})
+	return out, unavailable("list agents", err)
 }
 
 // AgentJobsBefore lists an agent's job ids created before cutoff.

@@ -92,15 +92,5 @@ func (s *Store) StormSessions(ctx context.Context, fn func(tag string) error) er
 
 // scanTags calls fn with the tag of every session key matching pattern.
 func (s *Store) scanTags(ctx context.Context, pattern, suffix string, fn func(tag string) error) error {
-	iter := s.rdb.Scan(ctx, 0, pattern, 500).Iterator()
-	var first error
-	for iter.Next(ctx) {
-		if err := fn(s.k.tagOfSessionKey(iter.Val(), suffix)); err != nil && first == nil {
-			first = err
-		}
-	}
-	if first != nil {
-		return first
-	}
-	return iter.Err()
+	return ScanKeys(ctx, s.rdb, pattern, 500, func(key string) error { return fn(s.k.tagOfSessionKey(key, suffix)) })
 }

@@ -1,14 +1,18 @@
 package registry_test
 
 import (
+	"context"
 	"fmt"
 	"testing"
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
 	"github.com/bgjobs/bgjobs"
+	"github.com/bgjobs/bgjobs/internal/pipeline"
+	"github.com/bgjobs/bgjobs/internal/testenv"
 	"github.com/bgjobs/bgjobs/tasks/internal/registry"
 	"github.com/bgjobs/bgjobs/tasks/internal/registry/handover"
 	"github.com/bgjobs/bgjobs/tasks/internal/registry/registrytest"
@@ -429,4 +433,33 @@ func TestDrainPages(t *testing.T) {
 		require.True(t, ids[id])
 		require.Equal(t, 1, n, "%s handed over once", id)
 	}
+}
+
+// On a Redis Cluster the sweeps' scans visit every master: sessions whose
+// slots live on different masters are all found.
+func TestScansVisitEveryMaster(t *testing.T) {
+	t.Parallel()
+	addrs := testenv.StartRedisCluster(t, 3)
+	rdb := redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs})
+	t.Cleanup(func() { _ = rdb.Close() })
+	ctx := context.Background()
+	w := pipeline.New(rdb, nil)
+	require.NoError(t, w.Start(ctx))
+	t.Cleanup(w.Stop)
+	s := registry.New(rdb, w, "scan", time.Hour)
+	want := map[string]bool{}
+	masters := map[string]bool{}
+	for i := range 30 {
+		tag := bgjobs.Tag("alpha", fmt.Sprint("s", i))
+		key := s.Keys().Outbox(tag)
+		require.NoError(t, rdb.ZAdd(ctx, key, redis.Z{Score: 1, Member: "r|bg-000000000001"}).Err())
+		node, err := rdb.MasterForKey(ctx, key)
+		require.NoError(t, err)
+		masters[node.Options().Addr] = true
+		want[tag] = true
+	}
+	require.Len(t, masters, 3, "the sessions span every master")
+	got := map[string]bool{}
+	require.NoError(t, s.OutboxSessions(ctx, func(tag string) error { got[tag] = true; return nil }))
+	require.Equal(t, want, got)
 }

@@ -96,11 +96,11 @@ func (s *Store) LastEventID(ctx context.Context, agent string) (string, error) {
 // EventAgents lists the agents that have an event stream.
 func (s *Store) EventAgents(ctx context.Context) ([]string, error) {
 	var out []string
-	iter := s.rdb.Scan(ctx, 0, s.k.EventStreamPattern(), 200).Iterator()
-	for iter.Next(ctx) {
-		out = append(out, s.k.AgentOfEventStream(iter.Val()))
-	}
-	return out, iter.Err()
+	err := registry.ScanKeys(ctx, s.rdb, s.k.EventStreamPattern(), 200, func(key string) error {
+		out = append(out, s.k.AgentOfEventStream(key))
+		return nil
+	})
+	return out, err
 }
 
 // ReportsStream is the Redis stream every search writer tails.

@@ -1,4 +1,6 @@
-package registry
+// Package reclaim finds and re-queues the tasks a dead worker left active
+// in asynq, on asynq's own keys.
+package reclaim
 
 import (
 	"context"
@@ -6,7 +8,15 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/bgjobs/bgjobs/tasks/internal/registry"
 )
+
+// Store reads and moves asynq's keys of bgjobs' queues.
+type Store struct{ rdb redis.UniversalClient }
+
+// New returns the store on rdb.
+func New(rdb redis.UniversalClient) *Store { return &Store{rdb: rdb} }
 
 // A worker that dies (kill -9, a lost host) leaves its tasks active in
 // asynq with a lease nobody extends; asynq's own recoverer re-queues them
@@ -32,7 +42,7 @@ func (s *Store) ExpiredLeases(ctx context.Context, queues []string, now time.Tim
 		return nil
 	})
 	if err != nil && err != redis.Nil {
-		return nil, unavailable("read leases", err)
+		return nil, registry.Unavailable("read leases", err)
 	}
 	out := map[string][]string{}
 	for i, c := range cmds {
@@ -71,5 +81,5 @@ return 1
 func (s *Store) RequeueOrphan(ctx context.Context, queue, id string, now time.Time) (bool, error) {
 	keys := []string{asynqKey(queue, "active"), asynqKey(queue, "lease"), asynqKey(queue, "pending"), asynqKey(queue, "t:"+id)}
 	n, err := requeueOrphanCmd.Run(ctx, s.rdb, keys, id, now.Unix()).Int()
-	return n == 1, unavailable("requeue orphan", err)
+	return n == 1, registry.Unavailable("requeue orphan", err)
 }
