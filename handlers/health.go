@@ -2,6 +2,7 @@ package handlers
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"net/http"
 	"time"
@@ -24,6 +25,9 @@ func handleReadyz(m *tasks.Manager) echo.HandlerFunc {
 		ctx, cancel := context.WithTimeout(c.Request().Context(), 2*time.Second)
 		defer cancel()
 		if err := m.Ping(ctx); err != nil {
+			if errors.Is(err, tasks.ErrClusterNode) {
+				return &bgjobs.Error{Code: bgjobs.EUnavailable, Message: err.Error()}
+			}
 			return bgjobs.Unavailable("redis does not answer", err)
 		}
 		return c.JSON(http.StatusOK, map[string]string{"status": "ready"})

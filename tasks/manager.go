@@ -127,6 +127,10 @@ func (m *Manager) Kinds() *Kinds { return m.kinds }
 // dashboards and metrics.
 func (m *Manager) Inspector() *asynq.Inspector { return m.eng.Inspector() }
 
+// ErrClusterNode is Ping's answer when REDIS_URL names one node of a Redis
+// Cluster instead of the cluster.
+var ErrClusterNode = registry.ErrClusterNode
+
 // Ping checks that Redis answers, for readiness probes.
 func (m *Manager) Ping(ctx context.Context) error { return m.store.Ping(ctx) }
 

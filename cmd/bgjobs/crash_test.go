@@ -152,11 +152,11 @@ func TestKillNineWorkerLosesNothing(t *testing.T) {
 	ns, err := m.Drain(ctx, "alpha", "chat-k", "")
 	require.NoError(t, err)
 	require.Empty(t, ns)
-	for _, id := range ids {
+	for i, id := range ids {
 		j, err := m.Get(ctx, "alpha", id)
 		require.NoError(t, err)
 		require.Equal(t, bgjobs.StatusCompleted, j.Status, "%s: %v", id, j.Error)
-		require.Equal(t, "survived", *j.Result)
+		require.Equal(t, fmt.Sprint("job ", i), *j.Result, "its own result survived")
 		require.GreaterOrEqual(t, j.Attempts, 2, "it ran again after the crash")
 	}
 }

@@ -1,9 +1,11 @@
 // Package redisconn opens the Redis client every bgjobs process uses, from
-// the URLs asynq understands (redis://, rediss://, redis-sentinel://).
+// the URLs asynq understands (redis://, rediss://, redis-sentinel://) and
+// redis-cluster:// for a Redis Cluster.
 package redisconn
 
 import (
 	"fmt"
+	"net"
 	"net/url"
 	"strconv"
 	"strings"
@@ -19,7 +21,14 @@ import (
 //
 // The user info goes to the sentinels (as asynq has it); the path picks
 // the database; password and username are the master's own.
+//
+// A cluster is named by seed nodes:
+//
+//	redis-cluster://[user:password@]host:port[,host:port…]
 func ConnOpt(raw string) (asynq.RedisConnOpt, error) {
+	if rest, ok := strings.CutPrefix(raw, "redis-cluster://"); ok {
+		return clusterOpt(rest)
+	}
 	opt, err := asynq.ParseRedisURI(raw)
 	if err != nil {
 		return nil, err
@@ -48,6 +57,27 @@ func ConnOpt(raw string) (asynq.RedisConnOpt, error) {
 	return f, nil
 }
 
+func clusterOpt(rest string) (asynq.RedisConnOpt, error) {
+	u, err := url.Parse("redis://" + rest)
+	if err != nil {
+		return nil, fmt.Errorf("redis-cluster URL: %w", err)
+	}
+	o := asynq.RedisClusterClientOpt{Addrs: strings.Split(u.Host, ",")}
+	if u.User != nil {
+		o.Username = u.User.Username()
+		o.Password, _ = u.User.Password()
+	}
+	for _, a := range o.Addrs {
+		if _, _, err := net.SplitHostPort(a); err != nil {
+			return nil, fmt.Errorf("redis-cluster URL: seed %q is not host:port", a)
+		}
+	}
+	if p := strings.Trim(u.Path, "/"); p != "" && p != "0" {
+		return nil, fmt.Errorf("redis-cluster URL: a cluster has database 0 only, not %q", p)
+	}
+	return o, nil
+}
+
 // Open returns a client for url. It speaks RESP2: bgjobs uses no RESP3
 // feature, and go-redis checks for RESP3 push notifications around every
 // command, which cost about a tenth of a worker's CPU in the benchmark.
@@ -61,6 +91,10 @@ func Open(url string) (redis.UniversalClient, error) {
 		return redis.NewClient(&redis.Options{
 			Network: o.Network, Addr: o.Addr, Username: o.Username, Password: o.Password, DB: o.DB,
 			TLSConfig: o.TLSConfig, Protocol: 2, PoolSize: poolSize,
+		}), nil
+	case asynq.RedisClusterClientOpt:
+		return redis.NewClusterClient(&redis.ClusterOptions{
+			Addrs: o.Addrs, Username: o.Username, Password: o.Password, TLSConfig: o.TLSConfig, Protocol: 2, PoolSize: poolSize,
 		}), nil
 	case asynq.RedisFailoverClientOpt:
 		return redis.NewFailoverClient(&redis.FailoverOptions{

@@ -10,6 +10,8 @@ import (
 var (
 	// ErrNoJob: there is no such row (never was, deleted, or expired).
 	ErrNoJob = errors.New("no such job")
+	// ErrClusterNode: REDIS_URL names one node of a Redis Cluster.
+	ErrClusterNode = errors.New("REDIS_URL names one node of a Redis Cluster: use redis-cluster://host:port,host:port,…")
 	// ErrEnded: the job already ended; a state change was a no-op.
 	ErrEnded = errors.New("job already ended")
 	// ErrNotEnded: the job is still queued or running.

@@ -42,7 +42,8 @@ import (
 //	<ns>:agent:<agent>                    string the agent's JSON configuration
 //	<ns>:agent:<agent>:jobs               zset   every job of the agent (score = created_at ms)
 //	<ns>:agent:<agent>:idem:<h>           string job id spawned with Idempotency-Key h (24 h)
-//	<ns>:events:<agent>:stream            stream capped log of the agent's events
+//	<ns>:events:{<ns>}:<agent>:stream     stream capped log of the agent's events (one hash tag for
+//	                                             all, so one XREAD reads them all on a cluster too)
 type Keys struct{ NS string }
 
 func (k Keys) session(tag string) string          { return k.NS + ":{" + tag + "}" }
@@ -79,13 +80,14 @@ func (k Keys) Agents() string                     { return k.NS + ":agents" }
 func (k Keys) Agent(agent string) string          { return k.NS + ":agent:" + agent }
 func (k Keys) AgentJobs(agent string) string      { return k.Agent(agent) + ":jobs" }
 func (k Keys) spawnIdem(agent, key string) string { return k.Agent(agent) + ":idem:" + Digest(key) }
-func (k Keys) EventStream(agent string) string    { return k.NS + ":events:" + agent + ":stream" }
+func (k Keys) EventStream(agent string) string    { return k.eventsPrefix() + agent + ":stream" }
+func (k Keys) eventsPrefix() string               { return k.NS + ":events:{" + k.NS + "}:" }
 
 // Patterns and their parsers, for the sweeps that find sessions by key.
 func (k Keys) outboxPattern() string      { return k.NS + ":{*}:outbox" }
 func (k Keys) stormPattern() string       { return k.NS + ":{*}:stormq" }
 func (k Keys) agentJobsPattern() string   { return k.NS + ":agent:*:jobs" }
-func (k Keys) EventStreamPattern() string { return k.NS + ":events:*:stream" }
+func (k Keys) EventStreamPattern() string { return k.eventsPrefix() + "*:stream" }
 
 // tagOfSessionKey returns the tag of a session-scoped key ending in suffix.
 func (k Keys) tagOfSessionKey(key, suffix string) string {
@@ -93,7 +95,9 @@ func (k Keys) tagOfSessionKey(key, suffix string) string {
 }
 
 // AgentOfEventStream is EventStream's inverse.
-func (k Keys) AgentOfEventStream(key string) string { return k.agentOfKey(key, "events:", ":stream") }
+func (k Keys) AgentOfEventStream(key string) string {
+	return strings.TrimSuffix(strings.TrimPrefix(key, k.eventsPrefix()), ":stream")
+}
 
 // agentOfKey returns the agent of <ns>:<mid><agent><suffix>.
 func (k Keys) agentOfKey(key, mid, suffix string) string {

@@ -24,6 +24,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -51,7 +52,21 @@ func New(rdb redis.UniversalClient, w *pipeline.Writer, ns string, retention tim
 func (s *Store) Keys() Keys { return s.k }
 
 // Ping checks that Redis answers.
-func (s *Store) Ping(ctx context.Context) error { return s.rdb.Ping(ctx).Err() }
+// A single-node URL pointing at a Redis Cluster node answers PING but
+// MOVEDs most writes: it is refused as not ready, with what to do.
+func (s *Store) Ping(ctx context.Context) error {
+	if err := s.rdb.Ping(ctx).Err(); err != nil {
+		return err
+	}
+	if _, cluster := s.rdb.(*redis.ClusterClient); cluster {
+		return nil
+	}
+	info, err := s.rdb.Info(ctx, "cluster").Result()
+	if err == nil && strings.Contains(info, "cluster_enabled:1") {
+		return ErrClusterNode
+	}
+	return nil
+}
 
 // do runs queued commands on the waited path.
 func (s *Store) do(ctx context.Context, queue pipeline.Op) error { return s.w.Do(ctx, queue) }
