@@ -95,6 +95,22 @@ func TestOnARedisCluster(t *testing.T) {
 	require.NoError(t, err, out)
 	require.Contains(t, out, fmt.Sprintf("would purge %d job(s)", len(ids)+2), "ended jobs on every master")
 
+	// retry from the CLI: the job runs again and drains again, once.
+	out, err = cli(t, redisURL, "retry", "--force", ids[0])
+	require.NoError(t, err, out)
+	c.waitStatus(ids[0], "completed")
+	testenv.Eventually(t, 10*time.Second, "the retried job's new outcome", func() bool {
+		_, d := c.do("POST", "/v1/sessions/chat-0/drain", nil)
+		return len(d["notifications"].([]any)) == 1
+	})
+
+	// reindex rebuilds an index (here a fresh directory) from the cluster's
+	// reports stream.
+	var rout lockedBuffer
+	env := map[string]string{"REDIS_URL": redisURL, "BGJOBS_DATA_DIR": t.TempDir()}
+	require.NoError(t, run(context.Background(), []string{"reindex"}, func(k string) string { return env[k] }, &rout, &rout))
+	require.Contains(t, rout.String(), "1 documents", "the turn's report")
+
 	// One node of the cluster, named as a single server: not ready, and why.
 	node := redis.NewClient(&redis.Options{Addr: addrs[0]})
 	t.Cleanup(func() { _ = node.Close() })
