@@ -14,6 +14,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -254,15 +255,15 @@ func StartRedisCluster(t testing.TB, n int) []string {
 	c := redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs})
 	defer c.Close()
 	Eventually(t, 20*time.Second, "the cluster to be ok", func() bool {
-		ok := true
+		var notOK atomic.Bool // the callbacks run at once, one per node
 		_ = c.ForEachShard(context.Background(), func(ctx context.Context, node *redis.Client) error {
 			info, err := node.ClusterInfo(ctx).Result()
 			if err != nil || !strings.Contains(info, "cluster_state:ok") {
-				ok = false
+				notOK.Store(true)
 			}
 			return nil
 		})
-		return ok
+		return !notOK.Load()
 	})
 	return addrs
 }
