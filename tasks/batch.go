@@ -7,6 +7,7 @@ import (
 	"sync"
 
 	"github.com/bgjobs/bgjobs"
+	"github.com/bgjobs/bgjobs/internal/pipeline"
 )
 
 // BatchMax is the most jobs one fan-out may hold.
@@ -53,7 +54,13 @@ func (m *Manager) SpawnBatch(ctx context.Context, agent, session string, specs [
 		return nil, &bgjobs.Error{Code: bgjobs.EInvalid, Field: fmt.Sprintf("jobs[%d].%s", first.Index, first.Error.Field),
 			Message: fmt.Sprintf("all %d job specs are invalid; the first: %s", len(specs), first.Error.Message)}
 	}
-	if err := m.store.CreateBatch(ctx, bgjobs.Tag(agent, session), res.BatchID, jobs, m.now()); err != nil {
+	var started []pipeline.Op
+	for _, j := range jobs {
+		e := bgjobs.JobEvent(bgjobs.EventStarted, j, bgjobs.StatusQueued, j.CreatedAt)
+		e.BatchID = res.BatchID
+		started = append(started, m.feeds.Queue(e))
+	}
+	if err := m.store.CreateBatch(ctx, bgjobs.Tag(agent, session), res.BatchID, jobs, m.now(), started...); err != nil {
 		return nil, err
 	}
 	// Enqueue with a few goroutines: asynq has no batch enqueue, and a
@@ -69,11 +76,7 @@ func (m *Manager) SpawnBatch(ctx context.Context, agent, session string, specs [
 				// failed, so it counts as settled and the join still comes.
 				msg := "could not be queued: " + err.Error()
 				_, _ = m.follow.Settle(ctx, j, bgjobs.Outcome{Status: bgjobs.StatusFailed, Error: &msg})
-				return
 			}
-			e := bgjobs.JobEvent(bgjobs.EventStarted, j, bgjobs.StatusQueued, j.CreatedAt)
-			e.BatchID = res.BatchID
-			m.feeds.Publish(e)
 		})
 	}
 	wg.Wait()

@@ -72,7 +72,7 @@ func (m *Manager) Spawn(ctx context.Context, req SpawnRequest) (job *bgjobs.Job,
 		j.BatchID = &bid
 	}
 	// The row rides in the same pipeline as its task, just ahead of it.
-	rowCtx, row := m.store.WithRow(ctx, j)
+	rowCtx, row := m.store.WithRow(ctx, j, m.feeds.Queue(bgjobs.JobEvent(bgjobs.EventStarted, j, bgjobs.StatusQueued, j.CreatedAt)))
 	enqErr := m.eng.EnqueueJob(rowCtx, j)
 	if err := ctx.Err(); err != nil {
 		// The pipeline may still be going out: a job that got in runs and
@@ -98,7 +98,6 @@ func (m *Manager) Spawn(ctx context.Context, req SpawnRequest) (job *bgjobs.Job,
 			m.log.Warn("arm a turn's seal", slog.String("batch_id", *j.BatchID), slog.Any("err", err))
 		}
 	}
-	m.feeds.Publish(bgjobs.JobEvent(bgjobs.EventStarted, j, bgjobs.StatusQueued, j.CreatedAt))
 	metrics.Spawned.WithLabelValues(string(j.Kind)).Inc()
 	m.log.Info("job spawned", slog.String("job_id", j.ID), slog.String("agent", j.Agent), slog.String("kind", string(j.Kind)))
 	return j, false, nil

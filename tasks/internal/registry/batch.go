@@ -9,11 +9,13 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/bgjobs/bgjobs"
+	"github.com/bgjobs/bgjobs/internal/pipeline"
 )
 
 // CreateBatch writes the batch (size first) and every member row in one
-// round trip, so the batch can never join early.
-func (s *Store) CreateBatch(ctx context.Context, tag, id string, jobs []*bgjobs.Job, now time.Time) error {
+// round trip, so the batch can never join early; also rides with them
+// (the members' first events, ahead of any worker's).
+func (s *Store) CreateBatch(ctx context.Context, tag, id string, jobs []*bgjobs.Job, now time.Time, also ...pipeline.Op) error {
 	ids := make([]any, len(jobs))
 	open := 0
 	for i, j := range jobs {
@@ -31,6 +33,11 @@ func (s *Store) CreateBatch(ctx context.Context, tag, id string, jobs []*bgjobs.
 			p.HSet(ctx, s.k.batchIndex(), id, tag))
 		for _, j := range jobs {
 			cmds = append(cmds, s.queueCreate(ctx, p, j)...)
+		}
+		for _, op := range also {
+			if op != nil {
+				op(ctx, p)
+			}
 		}
 	})
 	if err == nil {

@@ -90,9 +90,17 @@ func (s *Store) queueCreate(ctx context.Context, p redis.Pipeliner, j *bgjobs.Jo
 // WithRow returns a context under which the next asynq script call (the
 // job's enqueue) carries j's new row just ahead of it: one round trip for
 // both, the row first. Lead.Err reports whether the row was written.
-func (s *Store) WithRow(ctx context.Context, j *bgjobs.Job) (context.Context, *pipeline.Lead) {
+// also rides with the row (the job's first event: it must reach its stream
+// before a worker can publish the next); its errors are not the row's.
+func (s *Store) WithRow(ctx context.Context, j *bgjobs.Job, also ...pipeline.Op) (context.Context, *pipeline.Lead) {
 	return pipeline.WithLead(ctx, func(ctx context.Context, p redis.Pipeliner) []redis.Cmder {
-		return s.queueCreate(ctx, p, j)
+		cmds := s.queueCreate(ctx, p, j)
+		for _, op := range also {
+			if op != nil {
+				op(ctx, p)
+			}
+		}
+		return cmds
 	})
 }
 
