@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -197,5 +198,25 @@ func TestReadmeRunningForReal(t *testing.T) {
 	require.Equal(t, http.StatusUnauthorized, code, "keyed: no key, no access")
 	for _, p := range procs {
 		require.Nil(t, p.ProcessState, "still running")
+	}
+}
+
+// The README and the docs link only inside the repository: a clone holds
+// everything they point to.
+func TestDocsLinkOnlyInsideTheRepository(t *testing.T) {
+	t.Parallel()
+	link := regexp.MustCompile(`\]\(([^)]+)\)`)
+	for _, doc := range []string{"../../README.md", "../../docs/api.md", "../../docs/architecture.md"} {
+		raw, err := os.ReadFile(doc)
+		require.NoError(t, err)
+		for _, m := range link.FindAllStringSubmatch(string(raw), -1) {
+			target, _, _ := strings.Cut(m[1], "#")
+			require.False(t, strings.Contains(target, "://"), "%s links outside the repository: %s", doc, m[1])
+			if target == "" {
+				continue
+			}
+			_, err := os.Stat(filepath.Join(filepath.Dir(doc), target))
+			require.NoError(t, err, "%s links to %s, which the repository does not hold", doc, m[1])
+		}
 	}
 }
