@@ -107,13 +107,18 @@ func TestRetriedJobsMergedNudgeIsDelivered(t *testing.T) {
 	}
 	settle(a)  // alone, opens a window
 	settle(bj) // merged behind it
+	// Merged and pumped: nothing waits behind a window, nothing in the
+	// outbox (the outbox alone empties before the window's flush).
 	outboxEmpty := func() bool {
-		n, err := b.env.RDB.ZCard(ctx, b.m.store.Keys().Outbox(bgjobs.Tag("alpha", "chat-retry-merge"))).Result()
+		tag := bgjobs.Tag("alpha", "chat-retry-merge")
+		n, err := b.env.RDB.ZCard(ctx, b.m.store.Keys().Outbox(tag)).Result()
 		require.NoError(t, err)
-		return n == 0
+		q, err := b.env.RDB.ZCard(ctx, b.m.store.Keys().StormQueue(tag)).Result()
+		require.NoError(t, err)
+		return n == 0 && q == 0
 	}
 	testenv.Eventually(t, 10*time.Second, "the first merge to be pumped", outboxEmpty)
-	time.Sleep(2 * window) // the window closes
+	time.Sleep(2 * window) // the window the merge opened closes
 
 	_, err := b.m.Retry(ctx, bj.ID, true)
 	require.NoError(t, err)
