@@ -133,7 +133,9 @@ func TestNoResumeWhereNoneIsDue(t *testing.T) {
 // completion after a quiet spell still goes at once.
 func TestStormGuardAdaptsToALongBurst(t *testing.T) {
 	t.Parallel()
-	const base = 100 * time.Millisecond
+	// The default window: a loaded -race run spaces settles out, and a gap
+	// longer than the window would end the burst, not test it.
+	const base = 250 * time.Millisecond
 	b, rr := setupResuming(t, func(c *bgjobs.Config, _ *Deps) { c.ResumeCoalesce = base })
 	b.startWorker(t)
 	ctx := context.Background()
@@ -143,7 +145,7 @@ func TestStormGuardAdaptsToALongBurst(t *testing.T) {
 	}
 	r := "done"
 	start := time.Now()
-	for _, j := range jobs[:100] { // 100 completions, one every 30 ms: 3 s, 30 base windows
+	for _, j := range jobs[:100] { // 100 completions, one every 30 ms: over 3 s, 12+ base windows
 		_, err := b.m.follow.Settle(ctx, j, bgjobs.Outcome{Status: bgjobs.StatusCompleted, Result: &r})
 		require.NoError(t, err)
 		time.Sleep(30 * time.Millisecond)

@@ -64,15 +64,18 @@ func (m *Manager) Spawn(ctx context.Context, req SpawnRequest) (job *bgjobs.Job,
 			return prior, prior != nil, err
 		}
 	}
+	also := []pipeline.Op{m.feeds.Queue(bgjobs.JobEvent(bgjobs.EventStarted, j, bgjobs.StatusQueued, j.CreatedAt))}
 	if req.TurnID != "" {
-		bid, err := m.store.JoinTurn(ctx, bgjobs.Tag(j.Agent, j.OriginSession), req.TurnID, newID("bt-"), j.ID, !j.Incognito, j.CreatedAt, m.cfg.BatchJoinTimeout)
+		tag := bgjobs.Tag(j.Agent, j.OriginSession)
+		bid, err := m.store.JoinTurn(ctx, tag, req.TurnID, newID("bt-"), j.ID, !j.Incognito, j.CreatedAt, m.cfg.BatchJoinTimeout)
 		if err != nil {
 			return nil, false, err
 		}
 		j.BatchID = &bid
+		also = append(also, m.store.IndexBatch(tag, bid))
 	}
 	// The row rides in the same pipeline as its task, just ahead of it.
-	rowCtx, row := m.store.WithRow(ctx, j, m.feeds.Queue(bgjobs.JobEvent(bgjobs.EventStarted, j, bgjobs.StatusQueued, j.CreatedAt)))
+	rowCtx, row := m.store.WithRow(ctx, j, also...)
 	enqErr := m.eng.EnqueueJob(rowCtx, j)
 	if err := ctx.Err(); err != nil {
 		// The pipeline may still be going out: a job that got in runs and

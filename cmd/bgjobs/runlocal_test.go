@@ -67,10 +67,9 @@ func TestMakeRunAddresses(t *testing.T) {
 	testenv.Eventually(t, 30*time.Second, "bgjobs serving on BGJOBS_ADDR", func() bool {
 		return strings.Contains(out.String(), "bgjobs is serving on http://"+addr)
 	})
-	resp, err := http.Get("http://" + addr + "/v1/agents/default")
-	require.NoError(t, err)
-	resp.Body.Close()
-	require.Equal(t, http.StatusOK, resp.StatusCode, "the example agent registered")
+	code, registered := client{t: t, base: "http://" + addr}.do("GET", "/v1/agents/default", nil)
+	require.Equal(t, http.StatusOK, code)
+	require.Equal(t, "http://"+agent+"/a2a", registered["a2a_url"], "the example agent registered at BGJOBS_AGENT_ADDR")
 	sc := bufio.NewScanner(strings.NewReader(out.String()))
 	for sc.Scan() {
 		require.NotContains(t, sc.Text(), "127.0.0.1:8080", "no default address anywhere")
@@ -197,7 +196,7 @@ func TestReadmeRunningForReal(t *testing.T) {
 	code, _ := client{t: t, base: "http://" + addr}.do("GET", "/v1/jobs", nil)
 	require.Equal(t, http.StatusUnauthorized, code, "keyed: no key, no access")
 	for _, p := range procs {
-		require.Nil(t, p.ProcessState, "still running")
+		require.NoError(t, p.Process.Signal(syscall.Signal(0)), "still running")
 	}
 }
 

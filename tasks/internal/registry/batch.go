@@ -35,9 +35,7 @@ func (s *Store) CreateBatch(ctx context.Context, tag, id string, jobs []*bgjobs.
 			cmds = append(cmds, s.queueCreate(ctx, p, j)...)
 		}
 		for _, op := range also {
-			if op != nil {
-				op(ctx, p)
-			}
+			op(ctx, p)
 		}
 	})
 	if err == nil {

@@ -96,9 +96,7 @@ func (s *Store) WithRow(ctx context.Context, j *bgjobs.Job, also ...pipeline.Op)
 	return pipeline.WithLead(ctx, func(ctx context.Context, p redis.Pipeliner) []redis.Cmder {
 		cmds := s.queueCreate(ctx, p, j)
 		for _, op := range also {
-			if op != nil {
-				op(ctx, p)
-			}
+			op(ctx, p)
 		}
 		return cmds
 	})

@@ -3,6 +3,10 @@ package registry
 import (
 	"context"
 	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/bgjobs/bgjobs/internal/pipeline"
 )
 
 // A turn batch gathers the jobs one turn of a session spawned (spawn's
@@ -12,16 +16,19 @@ import (
 // JoinTurn adds job id to the open batch of the session's turn
 // (joinTurnCmd), opening one with newID if there is none, and returns the
 // batch id. wakes is false for an incognito job. keep bounds how long an
-// unsealed batch stays open.
+// unsealed batch stays open. The caller indexes the batch (IndexBatch).
 func (s *Store) JoinTurn(ctx context.Context, tag, turn, newID, id string, wakes bool, now time.Time, keep time.Duration) (string, error) {
 	b, err := s.w.Script(ctx, joinTurnCmd, []string{s.k.turnBatch(tag, turn), s.k.openTurns(tag)},
 		newID, id, boolStr(wakes), ms(now), s.k.sessionPrefix(tag), int64(keep.Seconds())).Text()
-	if err != nil {
-		return "", unavailable("join the turn's batch", err)
-	}
-	// The index lives outside the session's slot, so it is written on its
-	// own; GET /v1/batches/{id} reads it.
-	return b, unavailable("index batch", s.rdb.HSet(ctx, s.k.batchIndex(), b, tag).Err())
+	return b, unavailable("join the turn's batch", err)
+}
+
+// IndexBatch records batch id under its session tag, for GET
+// /v1/batches/{id}. The index lives outside the session's slot, so a turn
+// batch's entry rides in its member row's round trip (WithRow), not in
+// joinTurnCmd.
+func (s *Store) IndexBatch(tag, id string) pipeline.Op {
+	return func(ctx context.Context, p redis.Pipeliner) { p.HSet(ctx, s.k.batchIndex(), id, tag) }
 }
 
 // SealResult is what sealing a turn batch did.

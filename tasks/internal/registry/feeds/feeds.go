@@ -36,11 +36,7 @@ const EventStreamLen = 10000
 // Publish appends e to its agent's capped event stream, as a follow-up
 // write: events are display only and never delay or fail the state change
 // they report. Texts are cut to bgjobs.EventTextChars.
-func (s *Store) Publish(e bgjobs.Event) {
-	if op := s.Queue(e); op != nil {
-		s.w.Add(op)
-	}
-}
+func (s *Store) Publish(e bgjobs.Event) { s.w.Add(s.Queue(e)) }
 
 // Queue is Publish as a pipeline op, for a caller that sends e in its own
 // round trip (a job's first event, ahead of anything a worker publishes).
@@ -48,10 +44,7 @@ func (s *Store) Queue(e bgjobs.Event) pipeline.Op {
 	e.Result = bgjobs.CutRunes(e.Result, bgjobs.EventTextChars)
 	e.Error = bgjobs.CutRunes(e.Error, bgjobs.EventTextChars)
 	e.Text = bgjobs.CutRunes(e.Text, bgjobs.EventTextChars)
-	data, err := json.Marshal(e)
-	if err != nil {
-		return nil
-	}
+	data, _ := json.Marshal(e) // an Event always marshals
 	stream := s.k.EventStream(e.Agent)
 	return func(ctx context.Context, p redis.Pipeliner) {
 		p.XAdd(ctx, &redis.XAddArgs{Stream: stream, MaxLen: EventStreamLen, Approx: true, Values: map[string]any{"type": e.Type, "data": data}})

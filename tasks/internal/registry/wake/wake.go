@@ -27,12 +27,7 @@ func New(rdb redis.UniversalClient, w *pipeline.Writer, k registry.Keys) *Store 
 	return &Store{rdb: rdb, w: w, k: k}
 }
 
-func boolStr(b bool) string {
-	if b {
-		return "1"
-	}
-	return "0"
-}
+var boolStr = registry.Flag
 
 // SetBusy starts or extends a session's busy lease until expiry.
 func (s *Store) SetBusy(ctx context.Context, tag string, expiry time.Time, keyTTL time.Duration) error {
