@@ -65,6 +65,13 @@ type Config struct {
 	// TurnConcurrency caps turn jobs running at once across all processes.
 	// Defaults to TurnConcurrencyDefault.
 	TurnConcurrency int
+	// TurnShare (BGJOBS_TURN_SHARE) is the most slots of TurnConcurrency
+	// one agent's turns hold at once while the namespace has other agents,
+	// so a tenant whose agent never answers cannot starve the rest; its
+	// turns past the share wait queued. A lone agent uses the whole cap.
+	// Defaults to half the cap, rounded up; set it to the cap to turn the
+	// share off.
+	TurnShare int
 	// WorkConcurrency is how many work jobs one process runs at once.
 	// Defaults to WorkConcurrencyDefault.
 	WorkConcurrency int
@@ -194,6 +201,7 @@ func (c Config) WithDefaults() Config {
 	c.DataDir = cmp.Or(c.DataDir, DataDirDefault)
 	c.TurnConcurrency = cmp.Or(c.TurnConcurrency, TurnConcurrencyDefault)
 	c.WorkConcurrency = cmp.Or(c.WorkConcurrency, WorkConcurrencyDefault)
+	c.TurnShare = min(c.TurnConcurrency, cmp.Or(c.TurnShare, (c.TurnConcurrency+1)/2))
 	c.BatchJoinTimeout = cmp.Or(c.BatchJoinTimeout, BatchJoinTimeoutDefault)
 	c.SummaryChars = cmp.Or(c.SummaryChars, SummaryCharsDefault)
 	c.RunTimeout = cmp.Or(c.RunTimeout, RunTimeoutDefault)
@@ -228,6 +236,9 @@ func (c Config) Validate() error {
 	}
 	if c.TurnConcurrency < 1 {
 		return FieldError("BGJOBS_TURN_CONCURRENCY", "must be at least 1")
+	}
+	if c.TurnShare < 1 {
+		return FieldError("BGJOBS_TURN_SHARE", "must be at least 1")
 	}
 	if c.WorkConcurrency < 1 {
 		return FieldError("BGJOBS_WORK_CONCURRENCY", "must be at least 1")
@@ -300,6 +311,7 @@ func Load(getenv func(string) string) (Config, error) {
 		dst  *int
 	}{
 		{"BGJOBS_TURN_CONCURRENCY", &c.TurnConcurrency},
+		{"BGJOBS_TURN_SHARE", &c.TurnShare},
 		{"BGJOBS_WORK_CONCURRENCY", &c.WorkConcurrency},
 		{"BGJOBS_SUMMARY_CHARS", &c.SummaryChars},
 		{"BGJOBS_MAX_FETCH_LOOPS", &c.MaxFetchLoops},

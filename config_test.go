@@ -15,7 +15,7 @@ func TestWithDefaultsAppliesEveryDefault(t *testing.T) {
 	got := bgjobs.Config{}.WithDefaults()
 	want := bgjobs.Config{
 		Addr: bgjobs.AddrDefault, DataDir: bgjobs.DataDirDefault,
-		TurnConcurrency: bgjobs.TurnConcurrencyDefault, WorkConcurrency: bgjobs.WorkConcurrencyDefault,
+		TurnConcurrency: bgjobs.TurnConcurrencyDefault, TurnShare: (bgjobs.TurnConcurrencyDefault + 1) / 2, WorkConcurrency: bgjobs.WorkConcurrencyDefault,
 		BatchJoinTimeout: bgjobs.BatchJoinTimeoutDefault, SummaryChars: bgjobs.SummaryCharsDefault,
 		RunTimeout: bgjobs.RunTimeoutDefault, ResumeCoalesce: bgjobs.ResumeCoalesceDefault,
 		Retention: bgjobs.RetentionDefault, ReconcileInterval: bgjobs.ReconcileIntervalDefault,
@@ -94,6 +94,7 @@ func TestValidateNamesTheField(t *testing.T) {
 	}{
 		{"address", func(c *bgjobs.Config) { c.Addr = "nowhere" }, "BGJOBS_ADDR"},
 		{"turn concurrency", func(c *bgjobs.Config) { c.TurnConcurrency = -1 }, "BGJOBS_TURN_CONCURRENCY"},
+		{"turn share", func(c *bgjobs.Config) { c.TurnShare = -1 }, "BGJOBS_TURN_SHARE"},
 		{"summary", func(c *bgjobs.Config) { c.SummaryChars = 10 }, "BGJOBS_SUMMARY_CHARS"},
 		{"retention", func(c *bgjobs.Config) { c.Retention = time.Minute }, "BGJOBS_RETENTION"},
 		{"fetch loops", func(c *bgjobs.Config) { c.MaxFetchLoops = -2 }, "BGJOBS_MAX_FETCH_LOOPS"},

@@ -32,6 +32,7 @@ import (
 	"github.com/bgjobs/bgjobs/tasks/internal/registry/handover"
 	"github.com/bgjobs/bgjobs/tasks/internal/registry/reclaim"
 	"github.com/bgjobs/bgjobs/tasks/internal/registry/tenants"
+	"github.com/bgjobs/bgjobs/tasks/internal/registry/turncap"
 	"github.com/bgjobs/bgjobs/tasks/internal/registry/wake"
 )
 
@@ -70,6 +71,7 @@ type Manager struct {
 	// agentAllow is where agents may live in internal space.
 	agentAllow netguard.Allow
 	turns      bgjobs.TurnRunner
+	turnCap    *turncap.Cap
 	now        func() time.Time
 	log        *slog.Logger
 }
@@ -107,6 +109,7 @@ func NewManager(rdb redis.UniversalClient, cfg bgjobs.Config, d Deps) *Manager {
 		maint: maintenance.New(maintenance.Deps{Store: store, Reclaim: reclaim.New(rdb), Engine: eng, Followups: follow,
 			Interval: cfg.ReconcileInterval, Now: d.Now, Log: d.Logger}),
 		kinds: d.Kinds, agentAllow: netguard.NewAllow(cfg.AgentAllow), turns: d.Turns, now: d.Now, log: d.Logger,
+		turnCap: turncap.New(rdb, store.Keys(), cfg.TurnConcurrency, cfg.TurnShare, cfg.PollInterval, d.Now, d.Logger),
 	}
 }
 

@@ -479,6 +479,79 @@ func TestTurnCapIsGlobal(t *testing.T) {
 	require.LessOrEqual(t, bt.peak.Load(), int64(2))
 }
 
+// silentTurns answers the good agent's turns at once and holds the
+// silent agent's until the test ends: an agent that accepts a connection
+// and never answers.
+type silentTurns struct{ silentURL string }
+
+func (st silentTurns) RunTurn(ctx context.Context, t bgjobs.Turn) (string, error) {
+	if t.AgentURL == st.silentURL {
+		<-ctx.Done()
+		return "", ctx.Err()
+	}
+	return "report for " + t.JobID, nil
+}
+
+// A tenant whose agent never answers holds its share of the global cap,
+// not all of it: another agent's turn still runs at once. A lone agent
+// uses the whole cap.
+func TestTurnShareLeavesRoomForOthers(t *testing.T) {
+	t.Parallel()
+	const silentURL = "http://127.0.0.1:1/silent"
+	ctx := context.Background()
+	statuses := func(b *testBundle, agent string, ids []string) map[bgjobs.Status]int {
+		c := map[bgjobs.Status]int{}
+		for _, id := range ids {
+			j, err := b.m.Get(ctx, agent, id)
+			require.NoError(t, err)
+			c[j.Status]++
+		}
+		return c
+	}
+	spawnTurns := func(b *testBundle, agent string, n int) []string {
+		var ids []string
+		for i := range n {
+			ids = append(ids, b.spawn(t, SpawnRequest{Agent: agent, OriginSession: "chat-1", Kind: bgjobs.KindTurn, Description: "t", Prompt: fmt.Sprint(i)}).ID)
+		}
+		return ids
+	}
+	withCap := func(c *bgjobs.Config, d *Deps) { c.TurnConcurrency = 3; d.Turns = silentTurns{silentURL} }
+
+	t.Run("lone agent", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, withCap)
+		b.startWorker(t)
+		require.NoError(t, b.m.PutAgent(ctx, &bgjobs.Agent{Name: "silent", A2AURL: silentURL}))
+		ids := spawnTurns(b, "silent", 5)
+		testenv.Eventually(t, 30*time.Second, "the whole cap in use", func() bool { return statuses(b, "silent", ids)[bgjobs.StatusRunning] == 3 })
+	})
+
+	t.Run("two tenants", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, withCap)
+		b.startWorker(t)
+		require.NoError(t, b.m.PutAgent(ctx, &bgjobs.Agent{Name: "silent", A2AURL: silentURL}))
+		require.NoError(t, b.m.PutAgent(ctx, &bgjobs.Agent{Name: "good", A2AURL: "http://127.0.0.1:1/good"}))
+		silent := spawnTurns(b, "silent", 6)
+		testenv.Eventually(t, 30*time.Second, "the silent agent holds its share", func() bool { return statuses(b, "silent", silent)[bgjobs.StatusRunning] == 2 })
+		// The silent agent's other turns come back to the queue, again
+		// and again, while its share is held: they stay queued.
+		time.Sleep(2500 * time.Millisecond)
+		require.Equal(t, map[bgjobs.Status]int{bgjobs.StatusRunning: 2, bgjobs.StatusQueued: 4}, statuses(b, "silent", silent))
+
+		start := time.Now()
+		good := spawnTurns(b, "good", 2)
+		testenv.Eventually(t, 30*time.Second, "the good agent's turns completed", func() bool { return statuses(b, "good", good)[bgjobs.StatusCompleted] == 2 })
+		t.Logf("another agent's two turns completed %s after their spawn, beside a silent agent holding its share", time.Since(start).Round(time.Millisecond))
+		for _, id := range good {
+			j, err := b.m.Get(ctx, "good", id)
+			require.NoError(t, err)
+			require.EqualValues(t, 1, j.Attempts, "a turn is not charged for its waits")
+		}
+		require.Equal(t, 2, statuses(b, "silent", silent)[bgjobs.StatusRunning], "the share still holds")
+	})
+}
+
 func TestListNewestFirstWithCursor(t *testing.T) {
 	t.Parallel()
 	b := setup(t)

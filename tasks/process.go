@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"sync"
 	"time"
 
 	"github.com/hibiken/asynq"
@@ -15,10 +14,6 @@ import (
 	"github.com/bgjobs/bgjobs/tasks/internal/engine"
 	"github.com/bgjobs/bgjobs/tasks/internal/registry"
 )
-
-// turnLease is how long a turn's slot under the global cap survives without
-// renewal: a worker that dies frees its slot within this time.
-const turnLease = 30 * time.Second
 
 // rowWait is how long a task that finds no row is retried: its row may be
 // a moment behind it (written in a separate round trip), but a task older
@@ -37,8 +32,9 @@ func (m *Manager) ProcessTask(ctx context.Context, t *asynq.Task) error {
 	}
 	tag := bgjobs.Tag(p.Agent, p.Session)
 	if t.Type() == engine.TypeTurn {
-		// Take a slot first, so a job past the cap stays queued.
-		release, err := m.waitTurnSlot(ctx, id)
+		// Take a slot first, so a job past the cap (or its agent's
+		// share of it) stays queued.
+		release, err := m.turnCap.Wait(ctx, p.Agent, id)
 		if err != nil {
 			return m.stoppedBeforeStart(ctx, tag, id, err)
 		}
@@ -147,45 +143,4 @@ func (m *Manager) run(ctx context.Context, j *bgjobs.Job) (string, error) {
 		})
 	}
 	return "", fmt.Errorf("unknown job kind %q", j.Kind)
-}
-
-// waitTurnSlot blocks until the job holds a slot of the global turn cap and
-// returns the function that frees it. The slot's lease is renewed while the
-// turn runs, so a dead worker's slot frees itself.
-func (m *Manager) waitTurnSlot(ctx context.Context, id string) (func(), error) {
-	delay := m.cfg.PollInterval
-	for {
-		ok, err := m.store.AcquireTurn(ctx, id, m.now(), turnLease, m.cfg.TurnConcurrency)
-		if ok {
-			break
-		}
-		if err != nil && ctx.Err() == nil {
-			m.log.Warn("turn slot", slog.String("job_id", id), slog.Any("err", err))
-		}
-		select {
-		case <-ctx.Done():
-			return nil, ctx.Err()
-		case <-time.After(delay):
-		}
-		delay = min(delay*2, time.Second)
-	}
-	renewCtx, stop := context.WithCancel(context.WithoutCancel(ctx))
-	var wg sync.WaitGroup
-	wg.Go(func() {
-		tick := time.NewTicker(turnLease / 3)
-		defer tick.Stop()
-		for {
-			select {
-			case <-renewCtx.Done():
-				return
-			case <-tick.C:
-				_ = m.store.RenewTurn(renewCtx, id, m.now().Add(turnLease))
-			}
-		}
-	})
-	return func() {
-		stop()
-		wg.Wait()
-		m.store.ReleaseTurn(context.WithoutCancel(ctx), id)
-	}, nil
 }

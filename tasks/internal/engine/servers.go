@@ -40,8 +40,12 @@ func FetchSplit(concurrency, maxLoops int) []int {
 	return split
 }
 
-// retryDelay backs off 1s, 2s, 4s … up to 5 minutes.
-func retryDelay(n int, _ error, _ *asynq.Task) time.Duration {
+// retryDelay backs off 1s, 2s, 4s … up to 5 minutes; a task sent back
+// with ErrLater is looked at again after a second.
+func retryDelay(n int, err error, _ *asynq.Task) time.Duration {
+	if errors.Is(err, ErrLater) {
+		return time.Second
+	}
 	return min(time.Second<<min(n, 9), 5*time.Minute)
 }
 
@@ -64,10 +68,10 @@ func (e *Engine) ServerConfigs(cfg bgjobs.Config, log *slog.Logger, notFailure e
 		c.Concurrency, c.TaskCheckInterval = concurrency, poll
 		return c
 	}
-	// A cancelled task (bgjobs' cancel, or asynq's own tools) and one whose
-	// row is a moment behind are retried by asynq, but they are not failures.
+	// A cancelled task (bgjobs' cancel, or asynq's own tools) and one sent
+	// back for later are retried by asynq, but they are not failures.
 	notJobFailure := func(err error) bool {
-		return !errors.Is(err, context.Canceled) && !errors.Is(err, ErrRowBehind)
+		return !errors.Is(err, context.Canceled) && !errors.Is(err, ErrLater)
 	}
 	follow := server(QueueResume, followConcurrency, cfg.ResumePollInterval)
 	follow.IsFailure = func(err error) bool { return !errors.Is(err, notFailure) }
@@ -91,9 +95,13 @@ func (e *Engine) ServerConfigs(cfg bgjobs.Config, log *slog.Logger, notFailure e
 	return configs
 }
 
+// ErrLater sends a task back to its queue, to be tried again in a second
+// without counting as a failure (asynq does not count it as a retry).
+var ErrLater = errors.New("not yet")
+
 // ErrRowBehind sends a task whose row is not there yet back to asynq, to
 // be tried again shortly (its row travelled in a separate round trip).
-var ErrRowBehind = errors.New("job row not written yet")
+var ErrRowBehind = fmt.Errorf("%w: job row not written yet", ErrLater)
 
 func withFailure(c asynq.Config, isFailure func(error) bool) asynq.Config {
 	c.IsFailure = isFailure

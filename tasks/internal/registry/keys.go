@@ -33,7 +33,7 @@ import (
 //	<ns>:jobidx                           hash   job id → tag (lookup by id)
 //	<ns>:jobidx:cursor                    string where the index sweep's HSCAN of jobidx resumes
 //	<ns>:active                           zset   job ids not yet terminal, for the reconciler (score = created_at ms)
-//	<ns>:turnsem                          zset   running turns → lease expiry ms (the global cap)
+//	<ns>:turnsem                          zset   running turns, "<agent>/<job id>" → lease expiry ms (the global cap)
 //	<ns>:reports                          stream every indexable document (the search feed; never trimmed)
 //	<ns>:indexer                          string set while a search writer runs (TTL)
 //	<ns>:apikeys                          hash   SHA-256 of an agent key (hex) → agent
@@ -75,7 +75,7 @@ func (k Keys) StormQueue(tag string) string       { return k.session(tag) + ":st
 func (k Keys) Inflight(tag string) string         { return k.session(tag) + ":inflight" }
 func (k Keys) Sent(tag, messageID string) string  { return k.session(tag) + ":sent:" + messageID }
 func (k Keys) active() string                     { return k.NS + ":active" }
-func (k Keys) turnSem() string                    { return k.NS + ":turnsem" }
+func (k Keys) TurnSem() string                    { return k.NS + ":turnsem" }
 func (k Keys) Agents() string                     { return k.NS + ":agents" }
 func (k Keys) Agent(agent string) string          { return k.NS + ":agent:" + agent }
 func (k Keys) AgentJobs(agent string) string      { return k.Agent(agent) + ":jobs" }

@@ -359,37 +359,6 @@ func TestRequeueTurnCapAndMarkScripts(t *testing.T) {
 		require.Equal(t, want, row.Status, "requeue %d", i)
 	}
 
-	// The turn cap: two slots; a third waits until a lease lapses; a
-	// holder asking again keeps its slot; a renewed slot does not lapse.
-	lease := 30 * time.Second
-	for _, tc := range []struct {
-		desc string
-		id   string
-		at   time.Time
-		want bool
-	}{
-		{"first slot", "bg-00000000000a", now, true},
-		{"second slot", "bg-00000000000b", now, true},
-		{"cap reached", "bg-00000000000c", now, false},
-		{"a holder keeps its slot", "bg-00000000000a", now.Add(time.Second), true},
-	} {
-		ok, err := b.S.AcquireTurn(b.Ctx, tc.id, tc.at, lease, 2)
-		require.NoError(t, err, tc.desc)
-		require.Equal(t, tc.want, ok, tc.desc)
-	}
-	require.NoError(t, b.S.RenewTurn(b.Ctx, "bg-00000000000b", now.Add(2*lease)))
-	ok, err := b.S.AcquireTurn(b.Ctx, "bg-00000000000c", now.Add(lease+2*time.Second), lease, 2)
-	require.NoError(t, err)
-	require.True(t, ok, "a's lease lapsed, b's was renewed: c takes a's slot")
-	ok, err = b.S.AcquireTurn(b.Ctx, "bg-00000000000d", now.Add(lease+2*time.Second), lease, 2)
-	require.NoError(t, err)
-	require.False(t, ok)
-	require.NoError(t, b.S.RenewTurn(b.Ctx, "bg-00000000000a", now.Add(3*lease)), "renewing a lapsed slot is a no-op")
-	b.S.ReleaseTurn(b.Ctx, "bg-00000000000c")
-	ok, err = b.S.AcquireTurn(b.Ctx, "bg-00000000000d", now.Add(lease+3*time.Second), lease, 2)
-	require.NoError(t, err)
-	require.True(t, ok, "a released slot is free")
-
 	// A mark on a row that is gone does not bring it back as a fragment.
 	gone := registry.JobRef{Tag: tag, ID: "bg-0000000000ff"}
 	_, err = b.S.MarkIndexed(b.Ctx, []registry.JobRef{gone, {Tag: tag, ID: j.ID}})

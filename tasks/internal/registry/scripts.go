@@ -241,24 +241,6 @@ redis.call('ZREM', KEYS[3], ARGV[1])
 return 1
 `)
 
-// acquireTurnCmd takes a slot of the global turn cap, or renews it.
-//
-// KEYS[1] -> turn semaphore zset (member = job id, score = lease expiry ms)
-// ARGV[1] -> job id
-// ARGV[2] -> now (ms); leases that expired before it are dropped first
-// ARGV[3] -> new lease expiry (ms)
-// ARGV[4] -> cap
-//
-// Returns 1 if the job holds a slot, 0 if the cap is reached.
-var acquireTurnCmd = redis.NewScript(`
-redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', ARGV[2])
-if redis.call('ZSCORE', KEYS[1], ARGV[1]) or redis.call('ZCARD', KEYS[1]) < tonumber(ARGV[4]) then
-  redis.call('ZADD', KEYS[1], ARGV[3], ARGV[1])
-  return 1
-end
-return 0
-`)
-
 // retryCmd re-arms an ended job for a new attempt: the row goes back to
 // queued with its outcome cleared and its notification re-armed (so the new
 // outcome drains once), its retention lifted, and, for a batch member, the
@@ -303,20 +285,6 @@ return 1
 var hsetIfExistsCmd = redis.NewScript(`
 if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
 redis.call('HSET', KEYS[1], unpack(ARGV))
-return 1
-`)
-
-// renewTurnCmd extends a held slot of the global turn cap; a slot that
-// lapsed meanwhile is not taken back.
-//
-// KEYS[1] -> turn semaphore zset
-// ARGV[1] -> job id
-// ARGV[2] -> new lease expiry (ms)
-//
-// Returns 1 if renewed, 0 if the slot had lapsed.
-var renewTurnCmd = redis.NewScript(`
-if not redis.call('ZSCORE', KEYS[1], ARGV[1]) then return 0 end
-redis.call('ZADD', KEYS[1], ARGV[2], ARGV[1])
 return 1
 `)
 
