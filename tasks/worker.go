@@ -6,6 +6,7 @@ import (
 
 	"github.com/hibiken/asynq"
 
+	"github.com/bgjobs/bgjobs/internal/pipeline"
 	"github.com/bgjobs/bgjobs/tasks/internal/engine"
 	"github.com/bgjobs/bgjobs/tasks/internal/followup"
 )
@@ -40,6 +41,7 @@ func (m *Manager) NewWorker() *Worker {
 
 // Start runs the servers and the maintenance loop.
 func (w *Worker) Start(ctx context.Context) error {
+	w.m.writer.FetchWaits(pipeline.FetchWait)
 	for _, s := range w.servers {
 		if err := s.Start(w.mux); err != nil {
 			return err
@@ -54,6 +56,7 @@ func (w *Worker) Start(ctx context.Context) error {
 func (w *Worker) Shutdown() {
 	w.m.stopping.Store(true)
 	defer w.m.stopping.Store(false)
+	w.m.writer.FetchWaits(0)
 	var wg sync.WaitGroup
 	for _, s := range w.servers {
 		wg.Go(s.Shutdown)

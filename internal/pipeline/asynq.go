@@ -61,8 +61,9 @@ type asynqClient struct {
 func (c asynqClient) EvalSha(ctx context.Context, sha1 string, keys []string, args ...any) *redis.Cmd {
 	l, _ := ctx.Value(leadKey{}).(*Lead)
 	if l == nil && IsFetch(keys) {
-		return c.UniversalClient.EvalSha(ctx, sha1, keys, args...)
+		return c.fetch(ctx, sha1, keys, args...)
 	}
+	pending, counted := fills(keys)
 	if _, cluster := c.UniversalClient.(*redis.ClusterClient); cluster && l != nil {
 		// A cluster pipeline goes out per node, in no set order: the lead
 		// must land first, so it takes its own round trip.
@@ -72,7 +73,11 @@ func (c asynqClient) EvalSha(ctx context.Context, sha1 string, keys []string, ar
 		if err := l.Err(); err != nil {
 			return ErrCmd(ctx, err)
 		}
-		return c.UniversalClient.EvalSha(ctx, sha1, keys, args...)
+		cmd := c.UniversalClient.EvalSha(ctx, sha1, keys, args...)
+		if pending != "" && cmd.Err() == nil {
+			c.w.Add(func(ctx context.Context, p redis.Pipeliner) { c.w.announce(ctx, p, pending) })
+		}
+		return cmd
 	}
 	var piped *redis.Cmd
 	if err := c.w.Do(ctx, func(ctx context.Context, p redis.Pipeliner) {
@@ -80,8 +85,18 @@ func (c asynqClient) EvalSha(ctx context.Context, sha1 string, keys []string, ar
 			l.cmds = l.queue(ctx, p)
 		}
 		piped = p.EvalSha(ctx, sha1, keys, args...)
+		if pending != "" && !counted {
+			c.w.announce(ctx, p, pending)
+		}
 	}); err != nil {
 		return ErrCmd(ctx, err)
+	}
+	if counted {
+		// A forward's wake-up costs a command only when it moved tasks:
+		// the forwarders run every second on every process.
+		if n, err := piped.Int64(); err == nil && n > 0 {
+			c.w.Add(func(ctx context.Context, p redis.Pipeliner) { c.w.announce(ctx, p, pending) })
+		}
 	}
 	return piped
 }

@@ -58,6 +58,8 @@ type Writer struct {
 	// replicas and replicaWait: see Replicas.
 	replicas    int
 	replicaWait time.Duration
+	// waker holds empty fetches (FetchWaits).
+	waker waker
 }
 
 // ErrNotReplicated fails the commands of a waited pipeline whose writes did

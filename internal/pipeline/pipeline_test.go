@@ -139,3 +139,81 @@ func TestWriterStopFlushesAndRefuses(t *testing.T) {
 	err := w.Do(ctx, func(ctx context.Context, p redis.Pipeliner) { p.Incr(ctx, key) })
 	require.ErrorIs(t, err, pipeline.ErrStopped)
 }
+
+// Fetch waits, against the pinned asynq: an idle server's fetch loop (10 ms
+// check interval) is held instead of polling, and a task is still picked
+// up at once — enqueued by another process (its wake-up travels by
+// pub/sub), by this one, or moved in by the forwarder from the delayed
+// set. The wait here is a minute, so a missed wake-up cannot pass.
+// Turning waits off releases a held fetch, so shutdown is not held up.
+func TestFetchesWaitForWork(t *testing.T) {
+	t.Parallel()
+	env := testenv.New(t)
+	ctx := context.Background()
+	opt, err := redis.ParseURL(env.URL)
+	require.NoError(t, err)
+	mine := redis.NewClient(opt) // the worker process's own client
+	defer mine.Close()
+	rec := &recorder{}
+	mine.AddHook(rec)
+	w := pipeline.New(mine, slog.New(slog.DiscardHandler))
+	require.NoError(t, w.Start(ctx))
+	defer w.Stop()
+	other := pipeline.New(env.RDB, slog.New(slog.DiscardHandler)) // another process
+	require.NoError(t, other.Start(ctx))
+	defer other.Stop()
+
+	w.FetchWaits(time.Minute)
+	queue := env.Namespace + ":wake"
+	ran := make(chan string, 10)
+	srv := asynq.NewServerFromRedisClient(w.AsynqClient(), asynq.Config{Queues: map[string]int{queue: 1}, Concurrency: 1,
+		TaskCheckInterval: 10 * time.Millisecond, DelayedTaskCheckInterval: time.Second, LogLevel: asynq.FatalLevel})
+	mux := asynq.NewServeMux()
+	mux.HandleFunc("wake", func(_ context.Context, t *asynq.Task) error { ran <- string(t.Payload()); return nil })
+	require.NoError(t, srv.Start(mux))
+	fetches := func() int {
+		alone, _ := rec.snapshot()
+		n := 0
+		for _, keys := range alone {
+			if pipeline.IsFetch(keys) {
+				n++
+			}
+		}
+		return n
+	}
+	time.Sleep(2 * time.Second)
+	idle := fetches()
+	require.LessOrEqual(t, idle, 5, "an idle loop polling every 10 ms would fetch ~150 times in 2 s")
+
+	expect := func(what string, enqueue func()) {
+		t.Helper()
+		start := time.Now()
+		enqueue()
+		select {
+		case got := <-ran:
+			require.Equal(t, what, got)
+			t.Logf("%s: picked up after %s", what, time.Since(start).Round(time.Millisecond))
+		case <-time.After(20 * time.Second):
+			t.Fatalf("%s: not picked up: its wake-up was missed", what)
+		}
+	}
+	remote, local := asynq.NewClientFromRedisClient(other.AsynqClient()), asynq.NewClientFromRedisClient(w.AsynqClient())
+	expect("from another process", func() {
+		_, err := remote.Enqueue(asynq.NewTask("wake", []byte("from another process"), asynq.Queue(queue)))
+		require.NoError(t, err)
+	})
+	expect("from this process", func() {
+		_, err := local.Enqueue(asynq.NewTask("wake", []byte("from this process"), asynq.Queue(queue)))
+		require.NoError(t, err)
+	})
+	expect("delayed", func() {
+		_, err := remote.Enqueue(asynq.NewTask("wake", []byte("delayed"), asynq.Queue(queue), asynq.ProcessIn(time.Second)))
+		require.NoError(t, err)
+	})
+
+	time.Sleep(500 * time.Millisecond) // a fetch is held again
+	start := time.Now()
+	w.FetchWaits(0)
+	srv.Shutdown()
+	require.Less(t, time.Since(start), 20*time.Second, "a held fetch does not hold up shutdown")
+}

@@ -24,6 +24,14 @@ const (
 	// spareForwardInterval: moving due retries into the queue is the fast
 	// loops' job; a spare checks seldom, as a backstop.
 	spareForwardInterval = 10 * time.Second
+	// forwardInterval is how often due retries and delayed tasks move into
+	// their queue: two scripts per queue each time, the most an idle
+	// process pays now that its fetches wait for work. Timers (the control
+	// queue) move a little more often.
+	forwardInterval        = 3 * time.Second
+	controlForwardInterval = 2 * time.Second
+	// healthCheckInterval: each server pings Redis this often.
+	healthCheckInterval = time.Minute
 )
 
 // FetchSplit is how a process splits its work concurrency over at most
@@ -56,7 +64,8 @@ func retryDelay(n int, err error, _ *asynq.Task) time.Duration {
 func (e *Engine) ServerConfigs(cfg bgjobs.Config, log *slog.Logger, notFailure error) []asynq.Config {
 	base := asynq.Config{
 		TaskCheckInterval:        cfg.PollInterval,
-		DelayedTaskCheckInterval: time.Second,
+		DelayedTaskCheckInterval: forwardInterval,
+		HealthCheckInterval:      healthCheckInterval,
 		ShutdownTimeout:          cfg.ShutdownTimeout,
 		RetryDelayFunc:           retryDelay,
 		Logger:                   asynqLogger{log.With(slog.String("component", "asynq"))},
@@ -75,10 +84,12 @@ func (e *Engine) ServerConfigs(cfg bgjobs.Config, log *slog.Logger, notFailure e
 	}
 	follow := server(QueueResume, followConcurrency, cfg.ResumePollInterval)
 	follow.IsFailure = func(err error) bool { return !errors.Is(err, notFailure) }
+	control := server(QueueControl, controlConcurrency, cfg.ControlPollInterval)
+	control.DelayedTaskCheckInterval = controlForwardInterval
 	configs := []asynq.Config{
 		withFailure(server(QueueTurns, cfg.TurnConcurrency, cfg.TurnPollInterval), notJobFailure),
 		follow,
-		server(QueueControl, controlConcurrency, cfg.ControlPollInterval),
+		control,
 	}
 	// The first few work loops poll an idle queue at PollInterval, the
 	// spares slowly: an idle process pays for a few fast pollers only, and

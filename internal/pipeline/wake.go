@@ -1,0 +1,165 @@
+package pipeline
+
+import (
+	"context"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// Fetch waits. asynq polls: a fetch loop that finds its queue empty sleeps
+// its check interval and asks again, so an idle process asks a few hundred
+// times a second. With waits on, a fetch that finds its queue empty is held
+// here instead, until a task may have arrived — a script of this process
+// that put one in the queue, or a wake-up another process published — or
+// FetchWait passes, whichever is first; only a wake-up asks again at once.
+// The poll stays as the fallback for a wake-up that never comes (a task
+// moved by a tool outside bgjobs, a pub/sub link down).
+
+// WakeChannel is the pub/sub channel wake-ups travel on between processes:
+// the message is the pending list's key.
+const WakeChannel = "bgjobs:fetch-wake"
+
+// FetchWait is the longest a worker's fetch that found its queue empty is
+// held.
+const FetchWait = 5 * time.Second
+
+type waker struct {
+	mu      sync.Mutex
+	on      bool
+	wait    time.Duration
+	queues  map[string]chan struct{} // pending key → closed when it may hold a task
+	stopSub context.CancelFunc
+	subDone chan struct{}
+}
+
+// channel is what a fetch of pending waits on, and for how long; nil when
+// waits are off. It is taken before the fetch runs, so a wake-up in
+// between is not missed.
+func (k *waker) channel(pending string) (chan struct{}, time.Duration) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if !k.on {
+		return nil, 0
+	}
+	ch, ok := k.queues[pending]
+	if !ok {
+		ch = make(chan struct{})
+		k.queues[pending] = ch
+	}
+	return ch, k.wait
+}
+
+// wake releases the fetches waiting on pending.
+func (k *waker) wake(pending string) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if ch, ok := k.queues[pending]; ok {
+		close(ch)
+		delete(k.queues, pending)
+	}
+}
+
+func (k *waker) isOn() bool {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	return k.on
+}
+
+// FetchWaits turns fetch waits on, each at most wait (a worker starts: its
+// fetches wait, and this process listens for other processes' wake-ups),
+// or off with 0 (it stops: every held fetch returns at once, empty, so
+// shutdown is not held up).
+func (w *Writer) FetchWaits(wait time.Duration) {
+	k := &w.waker
+	on := wait > 0
+	k.mu.Lock()
+	k.wait = wait
+	if k.on == on {
+		k.mu.Unlock()
+		return
+	}
+	k.on = on
+	var stop context.CancelFunc
+	var done chan struct{}
+	if on {
+		k.queues = map[string]chan struct{}{}
+		ctx, cancel := context.WithCancel(context.Background())
+		k.stopSub, k.subDone = cancel, make(chan struct{})
+		ps := w.rdb.Subscribe(ctx, WakeChannel)
+		go w.listen(ctx, ps, k.subDone)
+	} else {
+		for _, ch := range k.queues {
+			close(ch)
+		}
+		k.queues = nil
+		stop, done = k.stopSub, k.subDone
+	}
+	k.mu.Unlock()
+	if stop != nil {
+		stop()
+		<-done
+	}
+}
+
+// listen wakes this process's fetches for other processes' tasks.
+func (w *Writer) listen(ctx context.Context, ps *redis.PubSub, done chan struct{}) {
+	defer close(done)
+	defer ps.Close()
+	msgs := ps.Channel(redis.WithChannelHealthCheckInterval(time.Minute))
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case m, ok := <-msgs:
+			if !ok {
+				return
+			}
+			w.waker.wake(m.Payload)
+		}
+	}
+}
+
+// fetch runs asynq's dequeue script; when it finds the queue empty and
+// waits are on, it holds the fetch as described above.
+func (c asynqClient) fetch(ctx context.Context, sha1 string, keys []string, args ...any) *redis.Cmd {
+	k := &c.w.waker
+	ch, wait := k.channel(keys[0])
+	cmd := c.UniversalClient.EvalSha(ctx, sha1, keys, args...)
+	if ch == nil || cmd.Err() != redis.Nil {
+		return cmd
+	}
+	t := time.NewTimer(wait)
+	defer t.Stop()
+	select {
+	case <-ch:
+		if !k.isOn() {
+			return cmd // the worker stops: no new task
+		}
+		return c.UniversalClient.EvalSha(ctx, sha1, keys, args...)
+	case <-t.C:
+		return cmd
+	}
+}
+
+// fills names the pending list an asynq script puts tasks in, if any:
+// enqueue (task, pending) and requeue (active, lease, pending, task) do
+// whenever they succeed; a forward (scheduled or retry, pending) only
+// when it moved some, which its reply counts.
+func fills(keys []string) (pending string, counted bool) {
+	for i, key := range keys {
+		if strings.HasSuffix(key, ":pending") {
+			return key, i == 1 && (strings.HasSuffix(keys[0], ":scheduled") || strings.HasSuffix(keys[0], ":retry"))
+		}
+	}
+	return "", false
+}
+
+// announce tells this process's and other processes' fetches of pending
+// that a task arrived.
+func (w *Writer) announce(ctx context.Context, p redis.Pipeliner, pending string) {
+	w.waker.wake(pending)
+	p.Publish(ctx, WakeChannel, pending)
+}
