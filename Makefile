@@ -36,7 +36,9 @@ fuzz:
 # Throughput of bgjobs end to end beside raw asynq, same Redis, same
 # concurrency. BENCH_REDIS_URL picks the server (default: the local one,
 # database 14; embedded when it does not answer).
+# BullMQ, the batch-join peer, comes from npm (internal/bench/bullmq).
 bench:
+	@if command -v npm >/dev/null 2>&1; then npm ci --prefix internal/bench/bullmq --no-audit --no-fund --silent; fi
 	$(GO) run ./cmd/bgjobs bench $(BENCH_ARGS)
 
 lint:

@@ -16,6 +16,7 @@ import (
 	"net"
 	"net/http"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -106,6 +107,13 @@ func Run(ctx context.Context, o Options, out io.Writer) error {
 	// same split given to raw asynq shows what is left of the gap.
 	fmt.Fprintf(out, "ratio bgjobs/asynq split like bgjobs: %.2f (goal ≥ 0.50; baseline 0.32)\n", rate[1]/rate[2])
 	if err := Cluster(ctx, o, out); err != nil {
+		return err
+	}
+	bullURL := redisURLOf(rdb)
+	if strings.HasPrefix(where, "embedded") {
+		bullURL = "" // BullMQ's scripts need a real Redis
+	}
+	if err := Joins(ctx, o, rdb, bullURL, out); err != nil {
 		return err
 	}
 	if o.Samples == 0 {

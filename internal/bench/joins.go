@@ -1,0 +1,193 @@
+package bench
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/bgjobs/bgjobs"
+	"github.com/bgjobs/bgjobs/agents"
+	"github.com/bgjobs/bgjobs/handlers"
+	"github.com/bgjobs/bgjobs/internal/netguard"
+	"github.com/bgjobs/bgjobs/internal/redisns"
+	"github.com/bgjobs/bgjobs/tasks"
+)
+
+// joinShapes are the batch-join phases: batches × members.
+var joinShapes = [][2]int{{10, 1000}, {1000, 10}}
+
+// joinBaselines are the ratios the issue measured before this bench.
+var joinBaselines = map[[2]int]string{{10, 1000}: "0.92–0.93", {1000, 10}: "0.72–0.77"}
+
+// Joins measures fan-outs joined into one wake-up each: batches of no-op
+// members spawned over HTTP, timed until every batch's join resume has
+// reached its agent, as member jobs a second; beside BullMQ flows (a
+// parent per flow that runs once its children are done) on the same Redis
+// at the same concurrency, rounds alternating, medians reported. BullMQ
+// runs from bullmqDir with node; without node it is not measured.
+func Joins(ctx context.Context, o Options, rdb redis.UniversalClient, redisURL string, out io.Writer) error {
+	bull := bullmqDir()
+	node, nodeErr := exec.LookPath("node")
+	fmt.Fprintf(out, "\nbatch joins: member jobs/s until every join resume is received, worker concurrency %d, %d HTTP clients, median of %d rounds\n",
+		o.Concurrency, o.Clients, o.Rounds)
+	for _, shape := range joinShapes {
+		var mine, theirs []time.Duration
+		for range o.Rounds {
+			d, err := bgjobsJoins(ctx, rdb, o, shape[0], shape[1])
+			if err != nil {
+				return fmt.Errorf("joins %d×%d: %w", shape[0], shape[1], err)
+			}
+			mine = append(mine, d)
+			if nodeErr != nil || bull == "" || redisURL == "" {
+				continue
+			}
+			if d, err = bullmqFlows(ctx, node, bull, redisURL, o, shape[0], shape[1]); err != nil {
+				return fmt.Errorf("bullmq %d×%d: %w", shape[0], shape[1], err)
+			}
+			theirs = append(theirs, d)
+		}
+		n := float64(shape[0] * shape[1])
+		rate := n / median(mine).Seconds()
+		line := fmt.Sprintf("  %4d batches × %4d members   bgjobs %7.0f jobs/s", shape[0], shape[1], rate)
+		if len(theirs) > 0 {
+			peer := n / median(theirs).Seconds()
+			line += fmt.Sprintf("   BullMQ flows %7.0f jobs/s   ratio %.2f (goal ≥ 1.20; baseline %s)", peer, rate/peer, joinBaselines[shape])
+		} else {
+			line += "   BullMQ: not measured (needs node, `npm ci` in internal/bench/bullmq, and a real Redis)"
+		}
+		fmt.Fprintln(out, line)
+	}
+	return nil
+}
+
+func median(ds []time.Duration) time.Duration {
+	s := slices.Clone(ds)
+	slices.Sort(s)
+	return s[len(s)/2]
+}
+
+// bullmqDir is internal/bench/bullmq with its modules installed, or "".
+func bullmqDir() string {
+	_, file, _, _ := runtime.Caller(0)
+	dir := filepath.Join(filepath.Dir(file), "bullmq")
+	if _, err := os.Stat(filepath.Join(dir, "node_modules", "bullmq")); err != nil {
+		return ""
+	}
+	return dir
+}
+
+func bullmqFlows(ctx context.Context, node, dir, redisURL string, o Options, batches, size int) (time.Duration, error) {
+	cmd := exec.CommandContext(ctx, node, "flows.mjs", redisURL, fmt.Sprint(batches), fmt.Sprint(size), fmt.Sprint(o.Concurrency), fmt.Sprint(o.Clients))
+	cmd.Dir = dir
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	raw, err := cmd.Output()
+	if err != nil {
+		return 0, fmt.Errorf("%v: %s", err, stderr.String())
+	}
+	var res struct {
+		ElapsedMS float64 `json:"elapsed_ms"`
+	}
+	if err := json.Unmarshal(raw, &res); err != nil {
+		return 0, fmt.Errorf("%v: %s", err, raw)
+	}
+	return time.Duration(res.ElapsedMS * float64(time.Millisecond)), nil
+}
+
+// bgjobsJoins spawns batches over HTTP from o.Clients clients, each batch
+// in a session of its own, and waits for every join's webhook resume.
+func bgjobsJoins(ctx context.Context, rdb redis.UniversalClient, o Options, batches, size int) (time.Duration, error) {
+	ns := namespace()
+	defer redisns.DropNamespace(context.Background(), rdb, ns)
+	cfg := bgjobs.Config{Namespace: ns, WorkConcurrency: o.Concurrency, PollInterval: o.Poll, AgentAllow: []string{"127.0.0.1"}}.WithDefaults()
+	m := tasks.NewManager(rdb, cfg, tasks.Deps{Logger: quiet, Resumer: agents.NewA2A(netguard.NewAllow(cfg.AgentAllow))})
+	defer m.Close()
+	w := m.NewWorker()
+	if err := w.Start(ctx); err != nil {
+		return 0, err
+	}
+	defer w.Shutdown()
+	api, stopAPI, err := serve(handlers.NewServer(cfg, handlers.Deps{Manager: m, Log: quiet}))
+	if err != nil {
+		return 0, err
+	}
+	defer stopAPI()
+	var mu sync.Mutex
+	joined := map[string]bool{}
+	all := make(chan struct{})
+	hookURL, stopHook, err := serve(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var body struct {
+			Trigger string `json:"trigger"`
+		}
+		_ = json.NewDecoder(r.Body).Decode(&body)
+		mu.Lock()
+		defer mu.Unlock()
+		if strings.HasPrefix(body.Trigger, "bt-") && !joined[body.Trigger] {
+			joined[body.Trigger] = true
+			if len(joined) == batches {
+				close(all)
+			}
+		}
+	}))
+	if err != nil {
+		return 0, err
+	}
+	defer stopHook()
+	if err := m.PutAgent(ctx, &bgjobs.Agent{Name: handlers.OpenAgent, Resume: bgjobs.ResumeWebhook, WebhookURL: hookURL, WebhookSecret: "k"}); err != nil {
+		return 0, err
+	}
+	member := `{"kind":"work","description":"member","work":{"type":"echo","args":{"text":"m"}}}`
+	members := strings.Repeat(member+",", size-1) + member
+	hc := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: o.Clients + 1}}
+	start := time.Now()
+	if err := fanOut(batches, o.Clients, func(i int) error {
+		body := fmt.Sprintf(`{"origin_session":"join-%d","jobs":[%s]}`, i, members)
+		resp, err := hc.Post(api+"/v1/batches", "application/json", strings.NewReader(body))
+		if err != nil {
+			return err
+		}
+		defer resp.Body.Close()
+		if resp.StatusCode != http.StatusAccepted {
+			raw, _ := io.ReadAll(resp.Body)
+			return fmt.Errorf("batch: %d %s", resp.StatusCode, raw)
+		}
+		_, _ = io.Copy(io.Discard, resp.Body)
+		return nil
+	}); err != nil {
+		return 0, err
+	}
+	select {
+	case <-all:
+	case <-time.After(5 * time.Minute):
+		return 0, fmt.Errorf("timed out with %d of %d batches joined", len(joined), batches)
+	}
+	return time.Since(start), nil
+}
+
+// redisURLOf is the URL node's Redis client should use for rdb's server.
+func redisURLOf(rdb redis.UniversalClient) string {
+	c, ok := rdb.(*redis.Client)
+	if !ok {
+		return ""
+	}
+	opt := c.Options()
+	u := &url.URL{Scheme: "redis", Host: opt.Addr, Path: fmt.Sprint("/", opt.DB)}
+	if opt.Password != "" {
+		u.User = url.UserPassword(opt.Username, opt.Password)
+	}
+	return u.String()
+}
