@@ -18,8 +18,11 @@ import (
 )
 
 // Writer is the one process-wide writer of an Index: it tails the reports
-// stream from the index's checkpoint and applies entries in batches, by
-// count and a short linger (single-document indexing is ~100× slower).
+// stream from the index's checkpoint and applies entries in batches. A
+// batch is whatever arrived while the last one was applied (group commit):
+// under load batches grow by themselves, and a lone entry is applied at
+// once — waiting to fill a batch only delayed callers that wait for their
+// entry (POST /v1/knowledge).
 type Writer struct {
 	// RDB is the Redis the stream lives on.
 	RDB redis.UniversalClient
@@ -36,7 +39,8 @@ type Writer struct {
 	Log *slog.Logger
 	// BatchMax is the most entries per batch. Defaults to 200.
 	BatchMax int
-	// Linger is how long a short batch waits to fill. Defaults to 20ms.
+	// Linger is how long a short batch waits to fill; 0 (the default) does
+	// not wait.
 	Linger time.Duration
 
 	stop context.CancelFunc
@@ -57,9 +61,6 @@ func (w *Writer) Start(ctx context.Context) error {
 	}
 	if w.BatchMax == 0 {
 		w.BatchMax = 200
-	}
-	if w.Linger == 0 {
-		w.Linger = 20 * time.Millisecond
 	}
 	from, err := w.Index.Checkpoint()
 	if err != nil {
@@ -119,7 +120,9 @@ func (w *Writer) loop(ctx context.Context, from string) {
 			metrics.IndexLag.Set(max(0, time.Since(time.UnixMilli(int64(ms))).Seconds()))
 		}
 		if len(msgs) < w.BatchMax {
-			sleep(ctx, w.Linger)
+			if w.Linger > 0 {
+				sleep(ctx, w.Linger)
+			}
 			if more, err := w.read(ctx, msgs[len(msgs)-1].ID, -1); err == nil {
 				msgs = append(msgs, more...)
 			}

@@ -125,6 +125,9 @@ func Run(ctx context.Context, o Options, out io.Writer) error {
 	if err := Idle(ctx, o, out); err != nil {
 		return err
 	}
+	if err := Knowledge(ctx, rdb, o, out); err != nil {
+		return err
+	}
 	if o.RecallDocs == 0 {
 		return nil
 	}

@@ -1,0 +1,135 @@
+package bench
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"math/rand/v2"
+	"net/http"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/bgjobs/bgjobs"
+	"github.com/bgjobs/bgjobs/handlers"
+	"github.com/bgjobs/bgjobs/internal/redisns"
+	"github.com/bgjobs/bgjobs/search"
+	"github.com/bgjobs/bgjobs/tasks"
+)
+
+// knowledgeDocs is how many ~2 KB texts the knowledge phase indexes.
+const knowledgeDocs = 5000
+
+// memory is an index with its writer, as the API uses them.
+type memory struct {
+	*search.Index
+	*search.Writer
+}
+
+// Knowledge measures POST /v1/knowledge (each answer waits until its text
+// is searchable) from o.Clients clients, beside bleve itself indexing the
+// same texts with bgjobs' mapping in batches of 1,000.
+func Knowledge(ctx context.Context, rdb redis.UniversalClient, o Options, out io.Writer) error {
+	r := rand.New(rand.NewPCG(3, 4))
+	filler := make([]string, 2000)
+	for i := range filler {
+		filler[i] = fmt.Sprintf("w%dx", i)
+	}
+	docs := make([]search.Doc, knowledgeDocs)
+	for i := range docs {
+		docs[i] = recallDoc(r, i, filler)
+	}
+
+	raw, err := rawIndexing(docs)
+	if err != nil {
+		return err
+	}
+	api, err := knowledgeOverHTTP(ctx, rdb, o, docs)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(out, "\nknowledge indexing, %d texts of ~2 KB\n", len(docs))
+	fmt.Fprintf(out, "  bleve, batches of 1,000, bgjobs' mapping           %6.0f docs/s\n", raw)
+	fmt.Fprintf(out, "  POST /v1/knowledge, %2d clients, searchable on 201  %6.0f docs/s   ratio %.2f (goal ≥ 0.80; baseline 354–402 docs/s)\n",
+		o.Clients, api, api/raw)
+	return nil
+}
+
+func rawIndexing(docs []search.Doc) (float64, error) {
+	dir, err := os.MkdirTemp("", "bgjobs-bench-index")
+	if err != nil {
+		return 0, err
+	}
+	defer os.RemoveAll(dir)
+	x, _, err := search.Open(dir, slog.New(slog.DiscardHandler))
+	if err != nil {
+		return 0, err
+	}
+	defer x.Close()
+	start := time.Now()
+	for i := 0; i < len(docs); i += 1000 {
+		if err := x.Apply(docs[i:min(i+1000, len(docs))], fmt.Sprintf("%d-0", i+1)); err != nil {
+			return 0, err
+		}
+	}
+	return float64(len(docs)) / time.Since(start).Seconds(), nil
+}
+
+func knowledgeOverHTTP(ctx context.Context, rdb redis.UniversalClient, o Options, docs []search.Doc) (float64, error) {
+	ns := namespace()
+	defer redisns.DropNamespace(context.Background(), rdb, ns)
+	dir, err := os.MkdirTemp("", "bgjobs-bench-index")
+	if err != nil {
+		return 0, err
+	}
+	defer os.RemoveAll(dir)
+	cfg := bgjobs.Config{Namespace: ns}.WithDefaults()
+	m := tasks.NewManager(rdb, cfg, tasks.Deps{Logger: quiet})
+	defer m.Close()
+	x, _, err := search.Open(dir, quiet)
+	if err != nil {
+		return 0, err
+	}
+	defer x.Close()
+	w := &search.Writer{RDB: rdb, Stream: m.ReportsStream(), AliveKey: m.IndexerAliveKey(), Index: x, OnIndexed: m.MarkIndexed, Log: quiet}
+	if err := w.Start(ctx); err != nil {
+		return 0, err
+	}
+	defer w.Stop()
+	api, stop, err := serve(handlers.NewServer(cfg, handlers.Deps{Manager: m, Memory: memory{x, w}, Log: quiet}))
+	if err != nil {
+		return 0, err
+	}
+	defer stop()
+	hc := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: o.Clients + 1}}
+	start := time.Now()
+	err = fanOut(len(docs), o.Clients, func(i int) error {
+		body, _ := json.Marshal(map[string]string{"session": "chat-bench", "title": docs[i].Heading, "text": docs[i].Body})
+		resp, err := hc.Post(api+"/v1/knowledge", "application/json", strings.NewReader(string(body)))
+		if err != nil {
+			return err
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		if resp.StatusCode != http.StatusCreated {
+			return fmt.Errorf("knowledge: %d %s", resp.StatusCode, b)
+		}
+		return nil
+	})
+	if err != nil {
+		return 0, err
+	}
+	took := time.Since(start)
+	res, err := x.Recall(ctx, search.RecallRequest{Agent: handlers.OpenAgent, Query: "harbour"})
+	if err != nil {
+		return 0, err
+	}
+	if res.Total == 0 {
+		return 0, fmt.Errorf("knowledge: nothing searchable after %d posts", len(docs))
+	}
+	return float64(len(docs)) / took.Seconds(), nil
+}
