@@ -9,6 +9,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/bgjobs/bgjobs/internal/pipeline"
 	"github.com/bgjobs/bgjobs/tasks/internal/registry"
 )
 
@@ -81,5 +82,10 @@ return 1
 func (s *Store) RequeueOrphan(ctx context.Context, queue, id string, now time.Time) (bool, error) {
 	keys := []string{asynqKey(queue, "active"), asynqKey(queue, "lease"), asynqKey(queue, "pending"), asynqKey(queue, "t:"+id)}
 	n, err := requeueOrphanCmd.Run(ctx, s.rdb, keys, id, now.Unix()).Int()
+	if n == 1 {
+		// Wake the fetches held waiting for work, here and in other
+		// processes (pipeline/wake.go): this move bypasses asynq's client.
+		s.rdb.Publish(ctx, pipeline.WakeChannel, keys[2])
+	}
 	return n == 1, registry.Unavailable("requeue orphan", err)
 }
