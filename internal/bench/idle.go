@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"os"
 	"strconv"
 	"strings"
 	"syscall"
@@ -12,14 +13,17 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/bgjobs/bgjobs"
+	"github.com/bgjobs/bgjobs/handlers"
 	"github.com/bgjobs/bgjobs/internal/redisns"
+	"github.com/bgjobs/bgjobs/search"
 	"github.com/bgjobs/bgjobs/tasks"
 )
 
 // idleWindow is how long the idle phase watches.
 const idleWindow = 15 * time.Second
 
-// Idle measures what an idle worker process costs, with the shipped
+// Idle measures what an idle serve process costs (its asynq servers,
+// maintenance, search writer and API, as serve wires them), with the shipped
 // defaults (work concurrency 10, poll 10 ms, fetches held until work
 // arrives): Redis commands a second (the server's own count, inner script
 // commands included, so nothing else may use that Redis meanwhile) and the
@@ -30,7 +34,7 @@ func Idle(ctx context.Context, o Options, out io.Writer) error {
 		return err
 	}
 	defer closeRedis()
-	fmt.Fprintf(out, "\nidle worker process, shipped defaults, over %s, redis %s\n", idleWindow, where)
+	fmt.Fprintf(out, "\nidle serve process (workers, search writer, API), shipped defaults, over %s, redis %s\n", idleWindow, where)
 	ns := namespace()
 	defer redisns.DropNamespace(context.Background(), rdb, ns)
 	cfg := bgjobs.Config{Namespace: ns}.WithDefaults()
@@ -41,6 +45,26 @@ func Idle(ctx context.Context, o Options, out io.Writer) error {
 		return err
 	}
 	defer w.Shutdown()
+	dir, err := os.MkdirTemp("", "bgjobs-bench-idle")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(dir)
+	x, _, err := search.Open(dir, quiet)
+	if err != nil {
+		return err
+	}
+	defer x.Close()
+	sw := &search.Writer{RDB: rdb, Stream: m.ReportsStream(), AliveKey: m.IndexerAliveKey(), Index: x, OnIndexed: m.MarkIndexed, Log: quiet}
+	if err := sw.Start(ctx); err != nil {
+		return err
+	}
+	defer sw.Stop()
+	_, stopAPI, err := serve(handlers.NewServer(cfg, handlers.Deps{Manager: m, Memory: memory{x, sw}, Log: quiet}))
+	if err != nil {
+		return err
+	}
+	defer stopAPI()
 	time.Sleep(time.Second) // past start-up sweeps
 
 	cmds0, err := commandsProcessed(ctx, rdb)

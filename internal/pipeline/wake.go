@@ -24,7 +24,7 @@ const WakeChannel = "bgjobs:fetch-wake"
 
 // FetchWait is the longest a worker's fetch that found its queue empty is
 // held.
-const FetchWait = 5 * time.Second
+const FetchWait = 10 * time.Second
 
 type waker struct {
 	mu      sync.Mutex
