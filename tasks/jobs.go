@@ -21,6 +21,23 @@ func (m *Manager) Get(ctx context.Context, agent, id string) (*bgjobs.Job, error
 	return j, nil
 }
 
+// GetMany returns the agent's jobs among ids, in order, in two round trips
+// whatever their number (a batch page lists up to 1,000); ids that are not
+// the agent's, or no longer exist, are left out.
+func (m *Manager) GetMany(ctx context.Context, agent string, ids []string) ([]*bgjobs.Job, error) {
+	js, err := m.store.LookupMany(ctx, ids)
+	if err != nil {
+		return nil, err
+	}
+	out := js[:0]
+	for _, j := range js {
+		if j != nil && j.Agent == agent {
+			out = append(out, j)
+		}
+	}
+	return out, nil
+}
+
 // Lookup returns any agent's job by id (operators' tools), or not_found.
 func (m *Manager) Lookup(ctx context.Context, id string) (*bgjobs.Job, error) {
 	if !bgjobs.ValidJobID(id) {

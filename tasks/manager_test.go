@@ -806,3 +806,24 @@ func TestDepthFence(t *testing.T) {
 	ttl := b.env.Mini.TTL(b.m.store.Keys().Job(bgjobs.Tag("alpha", child.OriginSession), child.ID))
 	require.Equal(t, b.cfg.Retention, ttl, "an ended worker's spawn goes with retention, unread")
 }
+
+// GetMany reads many rows at once, in order, leaving out other agents'
+// jobs and ids that do not exist.
+func TestGetMany(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	a1 := b.spawn(t, echoSpawn("chat-m", "1", 0, false))
+	a2 := b.spawn(t, echoSpawn("chat-n", "2", 0, false))
+	other := echoSpawn("chat-m", "3", 0, false)
+	other.Agent = "beta"
+	theirs := b.spawn(t, other)
+	got, err := b.m.GetMany(ctx, "alpha", []string{a2.ID, theirs.ID, "bg-000000000000", a1.ID})
+	require.NoError(t, err)
+	require.Len(t, got, 2)
+	require.Equal(t, []string{a2.ID, a1.ID}, []string{got[0].ID, got[1].ID})
+	require.Equal(t, "echo 2", got[0].Description)
+	none, err := b.m.GetMany(ctx, "alpha", nil)
+	require.NoError(t, err)
+	require.Empty(t, none)
+}

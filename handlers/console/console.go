@@ -285,11 +285,11 @@ func (cs *Console) Batch(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	for _, id := range d.Batch.Jobs {
-		if j, err := cs.m.Get(c.Request().Context(), d.Agent, id); err == nil {
-			d.addRows([]*bgjobs.Job{j})
-		}
+	js, err := cs.m.GetMany(c.Request().Context(), d.Agent, d.Batch.Jobs)
+	if err != nil {
+		return err
 	}
+	d.addRows(js)
 	return Render(c, "batch", d)
 }
 
