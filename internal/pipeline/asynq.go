@@ -58,10 +58,26 @@ type asynqClient struct {
 	w *Writer
 }
 
+// script runs one of asynq's scripts, by its SHA or, when Redis does not
+// have it cached yet (go-redis then falls back to the body), by its body:
+// both paths hold an empty fetch and announce what fills a queue.
+type script func(ctx context.Context, c redis.Cmdable) *redis.Cmd
+
 func (c asynqClient) EvalSha(ctx context.Context, sha1 string, keys []string, args ...any) *redis.Cmd {
+	return c.run(ctx, keys, func(ctx context.Context, r redis.Cmdable) *redis.Cmd { return r.EvalSha(ctx, sha1, keys, args...) })
+}
+
+func (c asynqClient) Eval(ctx context.Context, body string, keys []string, args ...any) *redis.Cmd {
+	return c.run(ctx, keys, func(ctx context.Context, r redis.Cmdable) *redis.Cmd { return r.Eval(ctx, body, keys, args...) })
+}
+
+func (c asynqClient) run(ctx context.Context, keys []string, s script) *redis.Cmd {
 	l, _ := ctx.Value(leadKey{}).(*Lead)
+	if l != nil && l.cmds != nil {
+		l = nil // sent with the first try, which Redis answered NOSCRIPT
+	}
 	if l == nil && IsFetch(keys) {
-		return c.fetch(ctx, sha1, keys, args...)
+		return c.fetch(ctx, keys[0], s)
 	}
 	pending, counted := fills(keys)
 	if _, cluster := c.UniversalClient.(*redis.ClusterClient); cluster && l != nil {
@@ -73,28 +89,21 @@ func (c asynqClient) EvalSha(ctx context.Context, sha1 string, keys []string, ar
 		if err := l.Err(); err != nil {
 			return ErrCmd(ctx, err)
 		}
-		cmd := c.UniversalClient.EvalSha(ctx, sha1, keys, args...)
-		if pending != "" && cmd.Err() == nil {
-			c.w.Add(func(ctx context.Context, p redis.Pipeliner) { c.w.announce(ctx, p, pending) })
-		}
-		return cmd
+		l = nil
 	}
 	var piped *redis.Cmd
 	if err := c.w.Do(ctx, func(ctx context.Context, p redis.Pipeliner) {
 		if l != nil {
 			l.cmds = l.queue(ctx, p)
 		}
-		piped = p.EvalSha(ctx, sha1, keys, args...)
-		if pending != "" && !counted {
-			c.w.announce(ctx, p, pending)
-		}
+		piped = s(ctx, p)
 	}); err != nil {
 		return ErrCmd(ctx, err)
 	}
-	if counted {
-		// A forward's wake-up costs a command only when it moved tasks:
-		// the forwarders run every second on every process.
-		if n, err := piped.Int64(); err == nil && n > 0 {
+	if pending != "" && piped.Err() == nil {
+		// A forward wakes fetches only when it moved tasks: the forwarders
+		// run every few seconds on every process.
+		if n, err := piped.Int64(); !counted || (err == nil && n > 0) {
 			c.w.Add(func(ctx context.Context, p redis.Pipeliner) { c.w.announce(ctx, p, pending) })
 		}
 	}

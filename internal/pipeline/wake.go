@@ -122,12 +122,12 @@ func (w *Writer) listen(ctx context.Context, ps *redis.PubSub, done chan struct{
 	}
 }
 
-// fetch runs asynq's dequeue script; when it finds the queue empty and
-// waits are on, it holds the fetch as described above.
-func (c asynqClient) fetch(ctx context.Context, sha1 string, keys []string, args ...any) *redis.Cmd {
+// fetch runs asynq's dequeue script on pending; when it finds the queue
+// empty and waits are on, it holds the fetch as described above.
+func (c asynqClient) fetch(ctx context.Context, pending string, s script) *redis.Cmd {
 	k := &c.w.waker
-	ch, wait := k.channel(keys[0])
-	cmd := c.UniversalClient.EvalSha(ctx, sha1, keys, args...)
+	ch, wait := k.channel(pending)
+	cmd := s(ctx, c.UniversalClient)
 	if ch == nil || cmd.Err() != redis.Nil {
 		return cmd
 	}
@@ -138,7 +138,7 @@ func (c asynqClient) fetch(ctx context.Context, sha1 string, keys []string, args
 		if !k.isOn() {
 			return cmd // the worker stops: no new task
 		}
-		return c.UniversalClient.EvalSha(ctx, sha1, keys, args...)
+		return s(ctx, c.UniversalClient)
 	case <-t.C:
 		return cmd
 	}

@@ -274,19 +274,29 @@ end
 return 1
 `)
 
-// hsetIfExistsCmd sets fields of a row only while the row exists: a late
+// hsetIfExistsCmd sets fields of rows only while each row exists: a late
 // follow-up (an index mark, a progress line, a resume's delivery state)
-// must never bring a deleted or expired row back as a fragment.
+// must never bring a deleted or expired row back as a fragment. One call
+// takes the rows of one session (one hash tag), up to hsetIfExistsMax.
 //
-// KEYS[1] -> job hash
+// KEYS[1], KEYS[2], … -> job hashes of one session
 // ARGV[1], ARGV[2], … -> field, value, field, value …
 //
-// Returns 1 if set, 0 if there is no such row.
+// Returns how many rows were set.
 var hsetIfExistsCmd = redis.NewScript(`
-if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
-redis.call('HSET', KEYS[1], unpack(ARGV))
-return 1
+local n = 0
+for _, key in ipairs(KEYS) do
+  if redis.call('EXISTS', key) == 1 then
+    redis.call('HSET', key, unpack(ARGV))
+    n = n + 1
+  end
+end
+return n
 `)
+
+// hsetIfExistsMax bounds the rows of one hsetIfExistsCmd call, so a
+// 1,000-member batch's resume state is a few short scripts, not one long.
+const hsetIfExistsMax = 250
 
 // leaseCmd takes, keeps or releases a named lease: free, or already this
 // holder's, it is (re)set for ARGV[2] ms, or released when ARGV[2] is 0.

@@ -24,6 +24,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -330,9 +331,13 @@ func (s *Store) SetProgress(tag, id, line string) {
 // it fares (queued, held, failed, delivered) and the last delivery error
 // ("" clears it), as a follow-up write.
 func (s *Store) SetResumeState(tag string, ids []string, state, lastErr string) {
+	keys := make([]string, len(ids))
+	for i, id := range ids {
+		keys[i] = s.k.Job(tag, id)
+	}
 	s.later(func(ctx context.Context, p redis.Pipeliner) {
-		for _, id := range ids {
-			hsetIfExistsCmd.Eval(ctx, p, []string{s.k.Job(tag, id)}, fResumeState, state, fResumeError, lastErr)
+		for chunk := range slices.Chunk(keys, hsetIfExistsMax) {
+			hsetIfExistsCmd.Eval(ctx, p, chunk, fResumeState, state, fResumeError, lastErr)
 		}
 	})
 }
@@ -341,10 +346,16 @@ func (s *Store) SetResumeState(tag string, ids []string, state, lastErr string) 
 // returns the tags of their sessions.
 func (s *Store) MarkIndexed(ctx context.Context, jobs []JobRef) (map[string]bool, error) {
 	tags := map[string]bool{}
+	bySession := map[string][]string{}
+	for _, r := range jobs {
+		bySession[r.Tag] = append(bySession[r.Tag], s.k.Job(r.Tag, r.ID))
+		tags[r.Tag] = true
+	}
 	err := s.do(ctx, func(ctx context.Context, p redis.Pipeliner) {
-		for _, r := range jobs {
-			hsetIfExistsCmd.Eval(ctx, p, []string{s.k.Job(r.Tag, r.ID)}, fReportIndexed, "1")
-			tags[r.Tag] = true
+		for _, keys := range bySession {
+			for chunk := range slices.Chunk(keys, hsetIfExistsMax) {
+				hsetIfExistsCmd.Eval(ctx, p, chunk, fReportIndexed, "1")
+			}
 		}
 	})
 	return tags, unavailable("mark reports indexed", err)
