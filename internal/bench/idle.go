@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"os"
 	"strconv"
 	"strings"
 	"syscall"
@@ -15,7 +14,6 @@ import (
 	"github.com/bgjobs/bgjobs"
 	"github.com/bgjobs/bgjobs/handlers"
 	"github.com/bgjobs/bgjobs/internal/redisns"
-	"github.com/bgjobs/bgjobs/search"
 	"github.com/bgjobs/bgjobs/tasks"
 )
 
@@ -45,22 +43,12 @@ func Idle(ctx context.Context, o Options, out io.Writer) error {
 		return err
 	}
 	defer w.Shutdown()
-	dir, err := os.MkdirTemp("", "bgjobs-bench-idle")
+	mem, stopMemory, err := startMemory(ctx, rdb, m)
 	if err != nil {
 		return err
 	}
-	defer os.RemoveAll(dir)
-	x, _, err := search.Open(dir, quiet)
-	if err != nil {
-		return err
-	}
-	defer x.Close()
-	sw := &search.Writer{RDB: rdb, Stream: m.ReportsStream(), AliveKey: m.IndexerAliveKey(), Index: x, OnIndexed: m.MarkIndexed, Log: quiet}
-	if err := sw.Start(ctx); err != nil {
-		return err
-	}
-	defer sw.Stop()
-	_, stopAPI, err := serve(handlers.NewServer(cfg, handlers.Deps{Manager: m, Memory: memory{x, sw}, Log: quiet}))
+	defer stopMemory()
+	_, stopAPI, err := serve(handlers.NewServer(cfg, handlers.Deps{Manager: m, Memory: mem, Log: quiet}))
 	if err != nil {
 		return err
 	}

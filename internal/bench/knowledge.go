@@ -30,6 +30,31 @@ type memory struct {
 	*search.Writer
 }
 
+// startMemory opens an index in a temporary directory with its writer
+// tailing m's reports stream, as serve does; stop closes and removes it.
+func startMemory(ctx context.Context, rdb redis.UniversalClient, m *tasks.Manager) (mem memory, stop func(), err error) {
+	dir, err := os.MkdirTemp("", "bgjobs-bench-index")
+	if err != nil {
+		return memory{}, nil, err
+	}
+	x, _, err := search.Open(dir, quiet)
+	if err != nil {
+		_ = os.RemoveAll(dir)
+		return memory{}, nil, err
+	}
+	w := &search.Writer{RDB: rdb, Stream: m.ReportsStream(), AliveKey: m.IndexerAliveKey(), Index: x, OnIndexed: m.MarkIndexed, Log: quiet}
+	if err := w.Start(ctx); err != nil {
+		_ = x.Close()
+		_ = os.RemoveAll(dir)
+		return memory{}, nil, err
+	}
+	return memory{x, w}, func() {
+		w.Stop()
+		_ = x.Close()
+		_ = os.RemoveAll(dir)
+	}, nil
+}
+
 // Knowledge measures POST /v1/knowledge (each answer waits until its text
 // is searchable) from o.Clients clients, beside bleve itself indexing the
 // same texts with bgjobs' mapping in batches of 1,000.
@@ -89,23 +114,13 @@ func rawIndexing(docs []search.Doc) (float64, error) {
 func streamIndexing(ctx context.Context, rdb redis.UniversalClient, docs []search.Doc) (float64, error) {
 	ns := namespace()
 	defer redisns.DropNamespace(context.Background(), rdb, ns)
-	dir, err := os.MkdirTemp("", "bgjobs-bench-index")
-	if err != nil {
-		return 0, err
-	}
-	defer os.RemoveAll(dir)
 	m := tasks.NewManager(rdb, bgjobs.Config{Namespace: ns}.WithDefaults(), tasks.Deps{Logger: quiet})
 	defer m.Close()
-	x, _, err := search.Open(dir, quiet)
+	mem, stopMemory, err := startMemory(ctx, rdb, m)
 	if err != nil {
 		return 0, err
 	}
-	defer x.Close()
-	w := &search.Writer{RDB: rdb, Stream: m.ReportsStream(), AliveKey: m.IndexerAliveKey(), Index: x, OnIndexed: m.MarkIndexed, Log: quiet}
-	if err := w.Start(ctx); err != nil {
-		return 0, err
-	}
-	defer w.Stop()
+	defer stopMemory()
 	start := time.Now()
 	last := ""
 	for i := 0; i < len(docs); i += 500 {
@@ -115,7 +130,7 @@ func streamIndexing(ctx context.Context, rdb redis.UniversalClient, docs []searc
 	}
 	waitCtx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 	defer cancel()
-	if err := w.WaitFor(waitCtx, last); err != nil {
+	if err := mem.WaitFor(waitCtx, last); err != nil {
 		return 0, err
 	}
 	return float64(len(docs)) / time.Since(start).Seconds(), nil
@@ -124,25 +139,15 @@ func streamIndexing(ctx context.Context, rdb redis.UniversalClient, docs []searc
 func knowledgeOverHTTP(ctx context.Context, rdb redis.UniversalClient, o Options, docs []search.Doc) (float64, error) {
 	ns := namespace()
 	defer redisns.DropNamespace(context.Background(), rdb, ns)
-	dir, err := os.MkdirTemp("", "bgjobs-bench-index")
-	if err != nil {
-		return 0, err
-	}
-	defer os.RemoveAll(dir)
 	cfg := bgjobs.Config{Namespace: ns}.WithDefaults()
 	m := tasks.NewManager(rdb, cfg, tasks.Deps{Logger: quiet})
 	defer m.Close()
-	x, _, err := search.Open(dir, quiet)
+	mem, stopMemory, err := startMemory(ctx, rdb, m)
 	if err != nil {
 		return 0, err
 	}
-	defer x.Close()
-	w := &search.Writer{RDB: rdb, Stream: m.ReportsStream(), AliveKey: m.IndexerAliveKey(), Index: x, OnIndexed: m.MarkIndexed, Log: quiet}
-	if err := w.Start(ctx); err != nil {
-		return 0, err
-	}
-	defer w.Stop()
-	api, stop, err := serve(handlers.NewServer(cfg, handlers.Deps{Manager: m, Memory: memory{x, w}, Log: quiet}))
+	defer stopMemory()
+	api, stop, err := serve(handlers.NewServer(cfg, handlers.Deps{Manager: m, Memory: mem, Log: quiet}))
 	if err != nil {
 		return 0, err
 	}
@@ -166,7 +171,7 @@ func knowledgeOverHTTP(ctx context.Context, rdb redis.UniversalClient, o Options
 		return 0, err
 	}
 	took := time.Since(start)
-	res, err := x.Recall(ctx, search.RecallRequest{Agent: handlers.OpenAgent, Query: "harbour"})
+	res, err := mem.Recall(ctx, search.RecallRequest{Agent: handlers.OpenAgent, Query: "harbour"})
 	if err != nil {
 		return 0, err
 	}
