@@ -39,6 +39,7 @@ func TestLayout(t *testing.T) {
 		mod + "/internal/redisconn":                   "opens the client from a URL",
 		mod + "/internal/redisns":                     "test and bench clean-up of a namespace",
 		mod + "/internal/testenv":                     "test Redis spaces",
+		mod + "/internal/redisproc":                   "private redis-servers for tests and the bench",
 		mod + "/internal/bench":                       "raw asynq baseline and the bench's own Redis",
 		mod + "/search":                               "the search writer tails the reports stream",
 	}

@@ -39,9 +39,6 @@ type Writer struct {
 	Log *slog.Logger
 	// BatchMax is the most entries per batch. Defaults to 200.
 	BatchMax int
-	// Linger is how long a short batch waits to fill; 0 (the default) does
-	// not wait.
-	Linger time.Duration
 
 	stop context.CancelFunc
 	wg   sync.WaitGroup
@@ -119,17 +116,6 @@ func (w *Writer) loop(ctx context.Context, from string) {
 		if ms, _ := splitID(msgs[0].ID); ms > 0 {
 			metrics.IndexLag.Set(max(0, time.Since(time.UnixMilli(int64(ms))).Seconds()))
 		}
-		if len(msgs) < w.BatchMax {
-			if w.Linger > 0 {
-				sleep(ctx, w.Linger)
-			}
-			if more, err := w.read(ctx, msgs[len(msgs)-1].ID, -1); err == nil {
-				msgs = append(msgs, more...)
-			}
-		}
-		if len(msgs) > w.BatchMax {
-			msgs = msgs[:w.BatchMax]
-		}
 		docs := parseEntries(msgs, w.Log)
 		last := msgs[len(msgs)-1].ID
 		if err := w.Index.Apply(docs, last); err != nil {
@@ -149,7 +135,8 @@ func (w *Writer) loop(ctx context.Context, from string) {
 	}
 }
 
-// read returns entries after from; block < 0 does not wait.
+// read returns up to BatchMax entries after from, waiting up to block for
+// the first.
 func (w *Writer) read(ctx context.Context, from string, block time.Duration) ([]redis.XMessage, error) {
 	res, err := w.RDB.XRead(ctx, &redis.XReadArgs{Streams: []string{w.Stream, from}, Count: int64(w.BatchMax), Block: block}).Result()
 	if errors.Is(err, redis.Nil) {

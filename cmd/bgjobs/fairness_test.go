@@ -64,5 +64,9 @@ func TestASilentAgentCannotStarveAnother(t *testing.T) {
 	id := spawn("good")
 	testenv.Eventually(t, 30*time.Second, "the other tenant's turn to complete", func() bool { return status("good", id) == "completed" })
 	t.Logf("the other tenant's turn completed %s after its spawn", time.Since(start).Round(time.Millisecond))
+	good := c
+	good.as = "good"
+	_, j := good.do("GET", "/v1/jobs/"+id, nil)
+	require.Contains(t, j["result"], "Report on: go", "the other tenant got its agent's report")
 	require.Equal(t, 2, running(), "the silent agent still holds its share, no more")
 }

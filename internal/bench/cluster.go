@@ -2,18 +2,16 @@ package bench
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
-	"net"
 	"os"
-	"os/exec"
-	"path/filepath"
 	"slices"
-	"strconv"
-	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/bgjobs/bgjobs/internal/redisproc"
 )
 
 // clusterSessions spreads the cluster phase's jobs over sessions, so the
@@ -24,74 +22,56 @@ const clusterSessions = 16
 // 3-master Redis Cluster beside one private redis-server on the same
 // machine, rounds alternating, medians reported.
 func Cluster(ctx context.Context, o Options, out io.Writer) error {
-	if _, err := exec.LookPath("redis-server"); err != nil {
-		fmt.Fprintln(out, "cluster vs one Redis: not measured (redis-server is not installed)")
-		return nil
-	}
 	dir, err := os.MkdirTemp("", "bgjobs-bench-")
 	if err != nil {
 		return err
 	}
 	defer os.RemoveAll(dir)
-	var procs []*exec.Cmd
+	var procs []*redisproc.Server
 	defer func() {
 		for _, p := range procs {
-			_ = p.Process.Kill()
-			_ = p.Wait()
+			p.Kill()
 		}
 	}()
-	start := func(extra ...string) (string, error) {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
+	// No persistence: one Redis and the cluster alike measure memory.
+	start := func(extra ...string) (*redisproc.Server, error) {
+		d, err := os.MkdirTemp(dir, "redis")
 		if err != nil {
-			return "", err
+			return nil, err
 		}
-		port := ln.Addr().(*net.TCPAddr).Port
-		_ = ln.Close()
-		d := filepath.Join(dir, strconv.Itoa(port))
-		if err := os.Mkdir(d, 0o755); err != nil {
-			return "", err
+		s, err := redisproc.Start(d, append([]string{"--appendonly", "no"}, extra...)...)
+		if err == nil {
+			procs = append(procs, s)
 		}
-		cmd := exec.Command("redis-server", append([]string{"--port", strconv.Itoa(port), "--bind", "127.0.0.1", "--dir", d,
-			"--save", "", "--appendonly", "no"}, extra...)...)
-		if err := cmd.Start(); err != nil {
-			return "", err
-		}
-		procs = append(procs, cmd)
-		addr := "127.0.0.1:" + strconv.Itoa(port)
-		c := redis.NewClient(&redis.Options{Addr: addr})
-		defer c.Close()
-		for deadline := time.Now().Add(10 * time.Second); c.Ping(ctx).Err() != nil; time.Sleep(50 * time.Millisecond) {
-			if time.Now().After(deadline) {
-				return "", fmt.Errorf("redis-server on %s did not come up", addr)
-			}
-		}
-		return addr, nil
+		return s, err
 	}
-
 	single, err := start()
+	if errors.Is(err, redisproc.ErrNotInstalled) {
+		fmt.Fprintln(out, "cluster vs one Redis: not measured (redis-server and redis-cli are not installed)")
+		return nil
+	}
 	if err != nil {
 		return err
 	}
 	var nodes []string
 	for range 3 {
-		addr, err := start("--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf")
+		d, err := os.MkdirTemp(dir, "node")
 		if err != nil {
 			return err
 		}
-		nodes = append(nodes, addr)
+		s, err := start(redisproc.ClusterNode(d)...)
+		if err != nil {
+			return err
+		}
+		nodes = append(nodes, s.Addr())
 	}
-	if b, err := exec.Command("redis-cli", append(append([]string{"--cluster", "create"}, nodes...), "--cluster-replicas", "0", "--cluster-yes")...).CombinedOutput(); err != nil {
-		return fmt.Errorf("redis-cli --cluster create: %v: %s", err, b)
+	if err := redisproc.CreateCluster(ctx, nodes); err != nil {
+		return err
 	}
-	one := redis.NewClient(&redis.Options{Addr: single})
+	one := redis.NewClient(&redis.Options{Addr: single.Addr()})
 	defer one.Close()
 	cluster := redis.NewClusterClient(&redis.ClusterOptions{Addrs: nodes})
 	defer cluster.Close()
-	for deadline := time.Now().Add(20 * time.Second); !clusterOK(ctx, cluster); time.Sleep(100 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			return fmt.Errorf("the bench's cluster did not become ok")
-		}
-	}
 
 	o.Jobs = max(1000, o.Jobs/2)
 	targets := []redis.UniversalClient{one, cluster}
@@ -123,20 +103,4 @@ func Cluster(ctx context.Context, o Options, out io.Writer) error {
 		fmt.Fprintf(out, "  %-46s one Redis %7.0f jobs/s, cluster %7.0f jobs/s, ratio %.2f (goal ≥ 1.00)\n", l.label, one, many, many/one)
 	}
 	return nil
-}
-
-func clusterOK(ctx context.Context, c *redis.ClusterClient) bool {
-	info, err := c.ClusterInfo(ctx).Result()
-	if err != nil || !strings.Contains(info, "cluster_state:ok") {
-		return false
-	}
-	// Every master must know the layout before the first write.
-	bad := false
-	_ = c.ForEachMaster(ctx, func(ctx context.Context, n *redis.Client) error {
-		if i, err := n.ClusterInfo(ctx).Result(); err != nil || !strings.Contains(i, "cluster_state:ok") {
-			bad = true
-		}
-		return nil
-	})
-	return !bad
 }

@@ -14,7 +14,6 @@ import (
 	"runtime"
 	"slices"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -126,23 +125,8 @@ func bgjobsJoins(ctx context.Context, rdb redis.UniversalClient, o Options, batc
 		return 0, err
 	}
 	defer stopAPI()
-	var mu sync.Mutex
-	joined := map[string]bool{}
-	all := make(chan struct{})
-	hookURL, stopHook, err := serve(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		var body struct {
-			Trigger string `json:"trigger"`
-		}
-		_ = json.NewDecoder(r.Body).Decode(&body)
-		mu.Lock()
-		defer mu.Unlock()
-		if strings.HasPrefix(body.Trigger, "bt-") && !joined[body.Trigger] {
-			joined[body.Trigger] = true
-			if len(joined) == batches {
-				close(all)
-			}
-		}
-	}))
+	arr := &arrivals{at: map[string]time.Time{}}
+	hookURL, stopHook, err := serve(arr.webhook())
 	if err != nil {
 		return 0, err
 	}
@@ -153,6 +137,7 @@ func bgjobsJoins(ctx context.Context, rdb redis.UniversalClient, o Options, batc
 	member := `{"kind":"work","description":"member","work":{"type":"echo","args":{"text":"m"}}}`
 	members := strings.Repeat(member+",", size-1) + member
 	hc := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: o.Clients + 1}}
+	ids := make([]string, batches)
 	start := time.Now()
 	if err := fanOut(batches, o.Clients, func(i int) error {
 		body := fmt.Sprintf(`{"origin_session":"join-%d","jobs":[%s]}`, i, members)
@@ -161,21 +146,30 @@ func bgjobsJoins(ctx context.Context, rdb redis.UniversalClient, o Options, batc
 			return err
 		}
 		defer resp.Body.Close()
+		raw, _ := io.ReadAll(resp.Body)
 		if resp.StatusCode != http.StatusAccepted {
-			raw, _ := io.ReadAll(resp.Body)
 			return fmt.Errorf("batch: %d %s", resp.StatusCode, raw)
 		}
-		_, _ = io.Copy(io.Discard, resp.Body)
+		var res bgjobs.BatchResult
+		if err := json.Unmarshal(raw, &res); err != nil {
+			return err
+		}
+		ids[i] = res.BatchID
 		return nil
 	}); err != nil {
 		return 0, err
 	}
-	select {
-	case <-all:
-	case <-time.After(5 * time.Minute):
-		return 0, fmt.Errorf("timed out with %d of %d batches joined", len(joined), batches)
+	var last time.Time
+	for _, id := range ids {
+		at, err := arr.wait(id, 5*time.Minute)
+		if err != nil {
+			return 0, err
+		}
+		if at.After(last) {
+			last = at
+		}
 	}
-	return time.Since(start), nil
+	return last.Sub(start), nil
 }
 
 // redisURLOf is the URL node's Redis client should use for rdb's server.

@@ -56,6 +56,17 @@ func (a *arrivals) mark(trigger string) {
 	a.mu.Unlock()
 }
 
+// webhook is a webhook receiver that notes resumes.
+func (a *arrivals) webhook() http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var body struct {
+			Trigger string `json:"trigger"`
+		}
+		_ = json.NewDecoder(r.Body).Decode(&body)
+		a.mark(body.Trigger)
+	})
+}
+
 // wait returns when a resume for trigger arrived, checking often enough
 // not to blur a millisecond figure.
 func (a *arrivals) wait(trigger string, timeout time.Duration) (time.Time, error) {
@@ -133,13 +144,7 @@ func Resume(ctx context.Context, o Options, out io.Writer) error {
 		return err
 	}
 	defer stopA2A()
-	hookURL, stopHook, err := serve(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		var body struct {
-			Trigger string `json:"trigger"`
-		}
-		_ = json.NewDecoder(r.Body).Decode(&body)
-		arr.mark(body.Trigger)
-	}))
+	hookURL, stopHook, err := serve(arr.webhook())
 	if err != nil {
 		return err
 	}

@@ -172,6 +172,10 @@ func TestFetchesWaitForWork(t *testing.T) {
 	mux := asynq.NewServeMux()
 	mux.HandleFunc("wake", func(_ context.Context, t *asynq.Task) error { ran <- string(t.Payload()); return nil })
 	require.NoError(t, srv.Start(mux))
+	defer func() {
+		w.FetchWaits(0)
+		srv.Shutdown()
+	}()
 	fetches := func() int {
 		alone, _ := rec.snapshot()
 		n := 0
@@ -217,9 +221,6 @@ func TestFetchesWaitForWork(t *testing.T) {
 		_, err := remote.Enqueue(asynq.NewTask("wake", []byte("delayed"), asynq.Queue(queue), asynq.ProcessIn(time.Second)))
 		require.NoError(t, err)
 	})
-
-	w.FetchWaits(0)
-	srv.Shutdown()
 }
 
 // Turning waits off releases a held fetch, so a worker's shutdown is not

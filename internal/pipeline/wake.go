@@ -14,13 +14,13 @@ import (
 // times a second. With waits on, a fetch that finds its queue empty is held
 // here instead, until a task may have arrived — a script of this process
 // that put one in the queue, or a wake-up another process published — or
-// FetchWait passes, whichever is first; only a wake-up asks again at once.
+// FetchWait passes, whichever is first; a wake-up asks again at once.
 // The poll stays as the fallback for a wake-up that never comes (a task
 // moved by a tool outside bgjobs, a pub/sub link down).
 
-// WakeChannel is the pub/sub channel wake-ups travel on between processes:
+// wakeChannel is the pub/sub channel wake-ups travel on between processes:
 // the message is the pending list's key.
-const WakeChannel = "bgjobs:fetch-wake"
+const wakeChannel = "bgjobs:fetch-wake"
 
 // FetchWait is the longest a worker's fetch that found its queue empty is
 // held.
@@ -62,12 +62,6 @@ func (k *waker) wake(pending string) {
 	}
 }
 
-func (k *waker) isOn() bool {
-	k.mu.Lock()
-	defer k.mu.Unlock()
-	return k.on
-}
-
 // FetchWaits turns fetch waits on, each at most wait (a worker starts: its
 // fetches wait, and this process listens for other processes' wake-ups),
 // or off with 0 (it stops: every held fetch returns at once, empty, so
@@ -88,7 +82,7 @@ func (w *Writer) FetchWaits(wait time.Duration) {
 		k.queues = map[string]chan struct{}{}
 		ctx, cancel := context.WithCancel(context.Background())
 		k.stopSub, k.subDone = cancel, make(chan struct{})
-		ps := w.rdb.Subscribe(ctx, WakeChannel)
+		ps := w.rdb.Subscribe(ctx, wakeChannel)
 		go w.listen(ctx, ps, k.subDone)
 	} else {
 		for _, ch := range k.queues {
@@ -123,7 +117,10 @@ func (w *Writer) listen(ctx context.Context, ps *redis.PubSub, done chan struct{
 }
 
 // fetch runs asynq's dequeue script on pending; when it finds the queue
-// empty and waits are on, it holds the fetch as described above.
+// empty and waits are on, it holds the fetch as described above. A
+// wake-up whose task another loop took first (or a process's own
+// announcement echoed back by pub/sub) keeps the fetch held: returning
+// empty would put the loop to sleep for its check interval.
 func (c asynqClient) fetch(ctx context.Context, pending string, s script) *redis.Cmd {
 	k := &c.w.waker
 	ch, wait := k.channel(pending)
@@ -133,14 +130,18 @@ func (c asynqClient) fetch(ctx context.Context, pending string, s script) *redis
 	}
 	t := time.NewTimer(wait)
 	defer t.Stop()
-	select {
-	case <-ch:
-		if !k.isOn() {
-			return cmd // the worker stops: no new task
+	for {
+		select {
+		case <-ch:
+			if ch, _ = k.channel(pending); ch == nil {
+				return cmd // the worker stops: no new task
+			}
+			if cmd = s(ctx, c.UniversalClient); cmd.Err() != redis.Nil {
+				return cmd
+			}
+		case <-t.C:
+			return cmd
 		}
-		return s(ctx, c.UniversalClient)
-	case <-t.C:
-		return cmd
 	}
 }
 
@@ -161,5 +162,12 @@ func fills(keys []string) (pending string, counted bool) {
 // that a task arrived.
 func (w *Writer) announce(ctx context.Context, p redis.Pipeliner, pending string) {
 	w.waker.wake(pending)
-	p.Publish(ctx, WakeChannel, pending)
+	Announce(ctx, p, pending)
+}
+
+// Announce tells every process's fetches of the pending list that a task
+// arrived, for a move made outside asynq's client (a dead worker's
+// re-queued task).
+func Announce(ctx context.Context, c redis.Cmdable, pending string) {
+	c.Publish(ctx, wakeChannel, pending)
 }

@@ -7,14 +7,8 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
-	"fmt"
-	"net"
+	"errors"
 	"os"
-	"os/exec"
-	"path/filepath"
-	"strconv"
-	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -22,6 +16,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/bgjobs/bgjobs/internal/redisns"
+	"github.com/bgjobs/bgjobs/internal/redisproc"
 )
 
 // Env is one test's Redis space.
@@ -107,21 +102,27 @@ func Purge(rdb redis.UniversalClient, ns string) {
 // FreePort returns a loopback port nobody listens on right now.
 func FreePort(t testing.TB) int {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	port, err := redisproc.FreePort()
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port
+	return port
 }
 
 // RedisServer is a private redis-server process.
-type RedisServer struct {
-	Port     int
-	Dir      string
-	cmd      *exec.Cmd
-	args     []string
-	password string
+type RedisServer = redisproc.Server
+
+// started registers s to be killed when t ends, or ends t on err.
+func started(t testing.TB, s *RedisServer, err error) *RedisServer {
+	t.Helper()
+	if errors.Is(err, redisproc.ErrNotInstalled) {
+		SkipOrFail(t, err.Error())
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(s.Kill)
+	return s
 }
 
 // StartSentinel starts a private sentinel monitoring the master on
@@ -129,27 +130,8 @@ type RedisServer struct {
 // returns its port.
 func StartSentinel(t testing.TB, masterPort int, name, password string) int {
 	t.Helper()
-	bin, err := exec.LookPath("redis-server")
-	if err != nil {
-		SkipOrFail(t, "redis-server is not installed")
-	}
-	port, dir := FreePort(t), t.TempDir()
-	conf := fmt.Sprintf("port %d\nbind 127.0.0.1\ndir %s\nsentinel monitor %s 127.0.0.1 %d 1\n", port, dir, name, masterPort)
-	if password != "" {
-		conf += fmt.Sprintf("sentinel auth-pass %s %s\n", name, password)
-	}
-	path := filepath.Join(dir, "sentinel.conf")
-	if err := os.WriteFile(path, []byte(conf), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	cmd := exec.Command(bin, path, "--sentinel")
-	if err := cmd.Start(); err != nil {
-		t.Fatalf("sentinel: %v", err)
-	}
-	s := &RedisServer{Port: port, cmd: cmd}
-	t.Cleanup(s.Kill)
-	s.waitReady(t)
-	return port
+	s, err := redisproc.StartSentinel(t.TempDir(), masterPort, name, password)
+	return started(t, s, err).Port
 }
 
 // StartRedisServer starts a private redis-server on a free loopback port
@@ -157,51 +139,8 @@ func StartSentinel(t testing.TB, masterPort int, name, password string) int {
 // extra are more redis-server arguments ("--requirepass", "s3cret").
 func StartRedisServer(t testing.TB, extra ...string) *RedisServer {
 	t.Helper()
-	bin, err := exec.LookPath("redis-server")
-	if err != nil {
-		SkipOrFail(t, "redis-server is not installed")
-	}
-	s := &RedisServer{Port: FreePort(t), Dir: t.TempDir()}
-	s.args = []string{"--port", strconv.Itoa(s.Port), "--bind", "127.0.0.1", "--dir", s.Dir,
-		"--appendonly", "yes", "--appendfsync", "always", "--save", "", "--daemonize", "no"}
-	for i := 0; i+1 < len(extra); i += 2 {
-		if extra[i] == "--requirepass" {
-			s.password = extra[i+1]
-		}
-	}
-	s.args = append(s.args, extra...)
-	s.cmd = exec.Command(bin, s.args...)
-	if err := s.cmd.Start(); err != nil {
-		t.Fatalf("redis-server: %v", err)
-	}
-	t.Cleanup(func() { s.Kill() })
-	s.waitReady(t)
-	return s
-}
-
-// URL is the server's redis:// URL.
-func (s *RedisServer) URL() string { return "redis://127.0.0.1:" + strconv.Itoa(s.Port) + "/0" }
-
-// Kill stops the server with SIGKILL.
-func (s *RedisServer) Kill() {
-	if s.cmd != nil && s.cmd.Process != nil {
-		_ = s.cmd.Process.Kill()
-		_ = s.cmd.Wait()
-	}
-}
-
-func (s *RedisServer) waitReady(t testing.TB) {
-	t.Helper()
-	rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:" + strconv.Itoa(s.Port), Password: s.password})
-	defer rdb.Close()
-	deadline := time.Now().Add(10 * time.Second)
-	for time.Now().Before(deadline) {
-		if rdb.Ping(context.Background()).Err() == nil {
-			return
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-	t.Fatalf("redis-server on port %d did not come up", s.Port)
+	s, err := redisproc.Start(t.TempDir(), extra...)
+	return started(t, s, err)
 }
 
 // Eventually polls cond every 20ms until it holds or timeout passes.
@@ -221,15 +160,8 @@ func Eventually(t testing.TB, timeout time.Duration, what string, cond func() bo
 // reloads its AOF.
 func RestartRedisServer(t testing.TB, s *RedisServer) *RedisServer {
 	t.Helper()
-	bin, _ := exec.LookPath("redis-server")
-	n := &RedisServer{Port: s.Port, Dir: s.Dir, args: s.args, password: s.password}
-	n.cmd = exec.Command(bin, n.args...)
-	if err := n.cmd.Start(); err != nil {
-		t.Fatalf("redis-server restart: %v", err)
-	}
-	t.Cleanup(func() { n.Kill() })
-	n.waitReady(t)
-	return n
+	n, err := s.Restart()
+	return started(t, n, err)
 }
 
 // StartRedisCluster starts n private redis-servers as the masters of a
@@ -237,33 +169,12 @@ func RestartRedisServer(t testing.TB, s *RedisServer) *RedisServer {
 // cluster is ok.
 func StartRedisCluster(t testing.TB, n int) []string {
 	t.Helper()
-	cli, err := exec.LookPath("redis-cli")
-	if err != nil {
-		SkipOrFail(t, "redis-cli is not installed")
-	}
 	var addrs []string
 	for range n {
-		dir := t.TempDir()
-		s := StartRedisServer(t, "--cluster-enabled", "yes", "--cluster-config-file", filepath.Join(dir, "nodes.conf"),
-			"--cluster-node-timeout", "2000")
-		addrs = append(addrs, "127.0.0.1:"+strconv.Itoa(s.Port))
+		addrs = append(addrs, StartRedisServer(t, redisproc.ClusterNode(t.TempDir())...).Addr())
 	}
-	out, err := exec.Command(cli, append(append([]string{"--cluster", "create"}, addrs...), "--cluster-replicas", "0", "--cluster-yes")...).CombinedOutput()
-	if err != nil {
-		t.Fatalf("redis-cli --cluster create: %v\n%s", err, out)
+	if err := redisproc.CreateCluster(context.Background(), addrs); err != nil {
+		t.Fatal(err)
 	}
-	c := redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs})
-	defer c.Close()
-	Eventually(t, 20*time.Second, "the cluster to be ok", func() bool {
-		var notOK atomic.Bool // the callbacks run at once, one per node
-		_ = c.ForEachShard(context.Background(), func(ctx context.Context, node *redis.Client) error {
-			info, err := node.ClusterInfo(ctx).Result()
-			if err != nil || !strings.Contains(info, "cluster_state:ok") {
-				notOK.Store(true)
-			}
-			return nil
-		})
-		return !notOK.Load()
-	})
 	return addrs
 }

@@ -345,11 +345,9 @@ func (s *Store) SetResumeState(tag string, ids []string, state, lastErr string) 
 // MarkIndexed records that the reports of these jobs are searchable and
 // returns the tags of their sessions.
 func (s *Store) MarkIndexed(ctx context.Context, jobs []JobRef) (map[string]bool, error) {
-	tags := map[string]bool{}
 	bySession := map[string][]string{}
 	for _, r := range jobs {
 		bySession[r.Tag] = append(bySession[r.Tag], s.k.Job(r.Tag, r.ID))
-		tags[r.Tag] = true
 	}
 	err := s.do(ctx, func(ctx context.Context, p redis.Pipeliner) {
 		for _, keys := range bySession {
@@ -358,6 +356,10 @@ func (s *Store) MarkIndexed(ctx context.Context, jobs []JobRef) (map[string]bool
 			}
 		}
 	})
+	tags := make(map[string]bool, len(bySession))
+	for tag := range bySession {
+		tags[tag] = true
+	}
 	return tags, unavailable("mark reports indexed", err)
 }
 

@@ -85,7 +85,7 @@ func (s *Store) RequeueOrphan(ctx context.Context, queue, id string, now time.Ti
 	if n == 1 {
 		// Wake the fetches held waiting for work, here and in other
 		// processes (pipeline/wake.go): this move bypasses asynq's client.
-		s.rdb.Publish(ctx, pipeline.WakeChannel, keys[2])
+		pipeline.Announce(ctx, s.rdb, keys[2])
 	}
 	return n == 1, registry.Unavailable("requeue orphan", err)
 }

@@ -17,9 +17,9 @@ import (
 	"github.com/bgjobs/bgjobs/tasks/internal/registry"
 )
 
-// Lease is how long a slot survives without renewal: a worker that dies
+// lease is how long a slot survives without renewal: a worker that dies
 // frees its slot within this time.
-const Lease = 30 * time.Second
+const lease = 30 * time.Second
 
 // loneCheck is how long the answer to "is this the namespace's only
 // agent?" is kept: agents are registered seldom, and a turn asks often.
@@ -66,7 +66,7 @@ func member(agent, id string) string { return agent + "/" + id }
 func (c *Cap) acquire(ctx context.Context, agent, id string, share int) (int, error) {
 	now := c.now()
 	return acquireTurnCmd.Run(ctx, c.rdb, []string{c.k.TurnSem()},
-		member(agent, id), now.UnixMilli(), now.Add(Lease).UnixMilli(), c.limit, share, agent+"/").Int()
+		member(agent, id), now.UnixMilli(), now.Add(lease).UnixMilli(), c.limit, share, agent+"/").Int()
 }
 
 // Wait blocks until the job holds a slot and returns the function that
@@ -95,14 +95,14 @@ func (c *Cap) Wait(ctx context.Context, agent, id string) (func(), error) {
 	renewCtx, stop := context.WithCancel(context.WithoutCancel(ctx))
 	var wg sync.WaitGroup
 	wg.Go(func() {
-		tick := time.NewTicker(Lease / 3)
+		tick := time.NewTicker(lease / 3)
 		defer tick.Stop()
 		for {
 			select {
 			case <-renewCtx.Done():
 				return
 			case <-tick.C:
-				_ = renewTurnCmd.Run(renewCtx, c.rdb, []string{c.k.TurnSem()}, member(agent, id), c.now().Add(Lease).UnixMilli()).Err()
+				_ = renewTurnCmd.Run(renewCtx, c.rdb, []string{c.k.TurnSem()}, member(agent, id), c.now().Add(lease).UnixMilli()).Err()
 			}
 		}
 	})

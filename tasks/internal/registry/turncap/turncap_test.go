@@ -38,10 +38,10 @@ func TestCapAndShare(t *testing.T) {
 	require.Equal(t, capFull, acquire("alpha", "c", now, 2), "cap reached")
 	require.Equal(t, held, acquire("alpha", "a", now.Add(time.Second), 2), "a holder keeps its slot")
 	start := now.Add(-time.Second)
-	renew("alpha", "b", start.Add(2*Lease))
-	require.Equal(t, held, acquire("alpha", "c", start.Add(Lease+2*time.Second), 2), "a's lease lapsed, b's was renewed: c takes a's slot")
+	renew("alpha", "b", start.Add(2*lease))
+	require.Equal(t, held, acquire("alpha", "c", start.Add(lease+2*time.Second), 2), "a's lease lapsed, b's was renewed: c takes a's slot")
 	require.Equal(t, capFull, acquire("alpha", "d", now, 2))
-	renew("alpha", "a", start.Add(3*Lease)) // renewing a lapsed slot is a no-op
+	renew("alpha", "a", start.Add(3*lease)) // renewing a lapsed slot is a no-op
 	release("alpha", "c")
 	// Alpha holds b; with a share of one its next turn waits, while
 	// alphabet (whose slots alpha's prefix must not count) takes the free one.

@@ -1,0 +1,160 @@
+// Package redisproc runs private redis-server processes on free loopback
+// ports: for the tests that kill, pause, fail over or cluster Redis
+// (through internal/testenv) and for the bench's cluster-vs-single phase.
+// The caller stops each server with Kill.
+package redisproc
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// ErrNotInstalled: redis-server or redis-cli is not on the PATH.
+var ErrNotInstalled = errors.New("redis-server and redis-cli must be installed")
+
+// Server is a private redis-server (or sentinel) process.
+type Server struct {
+	Port     int
+	Dir      string
+	cmd      *exec.Cmd
+	args     []string
+	password string
+}
+
+// FreePort returns a loopback port nobody listens on right now.
+func FreePort() (int, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	defer ln.Close()
+	return ln.Addr().(*net.TCPAddr).Port, nil
+}
+
+// Start runs redis-server with its files in dir on a free loopback port,
+// with AOF persistence (fsync always), for tests that kill it. extra are
+// more arguments; a later one overrides ("--appendonly", "no").
+func Start(dir string, extra ...string) (*Server, error) {
+	port, err := FreePort()
+	if err != nil {
+		return nil, err
+	}
+	s := &Server{Port: port, Dir: dir}
+	s.args = []string{"--port", strconv.Itoa(port), "--bind", "127.0.0.1", "--dir", dir,
+		"--appendonly", "yes", "--appendfsync", "always", "--save", "", "--daemonize", "no"}
+	for i := 0; i+1 < len(extra); i += 2 {
+		if extra[i] == "--requirepass" {
+			s.password = extra[i+1]
+		}
+	}
+	s.args = append(s.args, extra...)
+	return s, s.run("redis-server", s.args...)
+}
+
+// Restart starts s again on the same port and directory, so it reloads
+// its AOF.
+func (s *Server) Restart() (*Server, error) {
+	n := &Server{Port: s.Port, Dir: s.Dir, args: s.args, password: s.password}
+	return n, n.run("redis-server", n.args...)
+}
+
+// StartSentinel runs a sentinel with its files in dir, monitoring the
+// master on masterPort as name (quorum 1), authenticating to it with
+// password.
+func StartSentinel(dir string, masterPort int, name, password string) (*Server, error) {
+	port, err := FreePort()
+	if err != nil {
+		return nil, err
+	}
+	conf := fmt.Sprintf("port %d\nbind 127.0.0.1\ndir %s\nsentinel monitor %s 127.0.0.1 %d 1\n", port, dir, name, masterPort)
+	if password != "" {
+		conf += fmt.Sprintf("sentinel auth-pass %s %s\n", name, password)
+	}
+	path := filepath.Join(dir, "sentinel.conf")
+	if err := os.WriteFile(path, []byte(conf), 0o644); err != nil {
+		return nil, err
+	}
+	s := &Server{Port: port, Dir: dir}
+	return s, s.run("redis-server", path, "--sentinel")
+}
+
+// run starts the process and waits until it answers PING.
+func (s *Server) run(bin string, args ...string) error {
+	path, err := exec.LookPath(bin)
+	if err != nil {
+		return ErrNotInstalled
+	}
+	s.cmd = exec.Command(path, args...)
+	if err := s.cmd.Start(); err != nil {
+		return fmt.Errorf("%s: %w", bin, err)
+	}
+	rdb := redis.NewClient(&redis.Options{Addr: s.Addr(), Password: s.password})
+	defer rdb.Close()
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+		if rdb.Ping(context.Background()).Err() == nil {
+			return nil
+		}
+	}
+	s.Kill()
+	return fmt.Errorf("%s on port %d did not come up", bin, s.Port)
+}
+
+// Addr is the server's host:port.
+func (s *Server) Addr() string { return "127.0.0.1:" + strconv.Itoa(s.Port) }
+
+// URL is the server's redis:// URL.
+func (s *Server) URL() string { return "redis://" + s.Addr() + "/0" }
+
+// Kill stops the server with SIGKILL.
+func (s *Server) Kill() {
+	if s.cmd != nil && s.cmd.Process != nil {
+		_ = s.cmd.Process.Kill()
+		_ = s.cmd.Wait()
+	}
+}
+
+// ClusterNode are the extra arguments of a cluster node whose cluster
+// configuration file lives in dir.
+func ClusterNode(dir string) []string {
+	return []string{"--cluster-enabled", "yes", "--cluster-config-file", filepath.Join(dir, "nodes.conf"), "--cluster-node-timeout", "2000"}
+}
+
+// CreateCluster joins the nodes at addrs as the masters of a Redis Cluster
+// (no replicas) and waits until every one of them says it is ok.
+func CreateCluster(ctx context.Context, addrs []string) error {
+	cli, err := exec.LookPath("redis-cli")
+	if err != nil {
+		return ErrNotInstalled
+	}
+	args := append(append([]string{"--cluster", "create"}, addrs...), "--cluster-replicas", "0", "--cluster-yes")
+	if out, err := exec.CommandContext(ctx, cli, args...).CombinedOutput(); err != nil {
+		return fmt.Errorf("redis-cli --cluster create: %v\n%s", err, out)
+	}
+	c := redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs})
+	defer c.Close()
+	for deadline := time.Now().Add(20 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+		var notOK atomic.Bool // the callbacks run at once, one per node
+		_ = c.ForEachShard(ctx, func(ctx context.Context, node *redis.Client) error {
+			info, err := node.ClusterInfo(ctx).Result()
+			if err != nil || !strings.Contains(info, "cluster_state:ok") {
+				notOK.Store(true)
+			}
+			return nil
+		})
+		if !notOK.Load() {
+			return nil
+		}
+	}
+	return errors.New("the cluster did not become ok within 20 s")
+}
