@@ -242,3 +242,131 @@ func TestFetchWaitsReleaseOnShutdown(t *testing.T) {
 	srv.Shutdown()
 	require.Less(t, time.Since(start), 30*time.Second, "shutdown did not wait out the held fetch")
 }
+
+// One task wakes one held fetch, not every loop's: the fetch that finds it
+// passes the wake-up on, so a task costs a couple of fetches however many
+// loops wait, and a burst announced once (a forward of delayed tasks)
+// still reaches every loop. Eight servers of one slot each stand for a
+// worker's fetch loops; an empty fetch sleeps 30 s, so a loop the relay
+// missed would hold the burst up past the deadline.
+func TestAWakeUpReleasesOneFetch(t *testing.T) {
+	t.Parallel()
+	env := testenv.New(t)
+	ctx := context.Background()
+	opt, err := redis.ParseURL(env.URL)
+	require.NoError(t, err)
+	mine := redis.NewClient(opt)
+	defer mine.Close()
+	rec := &recorder{}
+	mine.AddHook(rec)
+	w := pipeline.New(mine, slog.New(slog.DiscardHandler))
+	require.NoError(t, w.Start(ctx))
+	defer w.Stop()
+	other := pipeline.New(env.RDB, slog.New(slog.DiscardHandler))
+	require.NoError(t, other.Start(ctx))
+	defer other.Stop()
+	w.FetchWaits(time.Minute)
+
+	const loops = 8
+	queue := env.Namespace + ":relay"
+	var mu sync.Mutex
+	running, most := 0, 0
+	all := make(chan struct{})
+	ran := make(chan string, 2*loops)
+	handler := asynq.HandlerFunc(func(_ context.Context, task *asynq.Task) error {
+		if string(task.Payload()) == "burst" {
+			// Each burst task waits until every loop holds one.
+			mu.Lock()
+			running++
+			most = max(most, running)
+			if running == loops {
+				close(all)
+			}
+			mu.Unlock()
+			select {
+			case <-all:
+			case <-time.After(20 * time.Second):
+			}
+			mu.Lock()
+			running--
+			mu.Unlock()
+		}
+		ran <- string(task.Payload())
+		return nil
+	})
+	var servers []*asynq.Server
+	defer func() {
+		// An empty fetch sleeps its 30 s check interval: stop them all at once.
+		w.FetchWaits(0)
+		var wg sync.WaitGroup
+		for _, srv := range servers {
+			wg.Go(srv.Shutdown)
+		}
+		wg.Wait()
+	}()
+	for range loops {
+		srv := asynq.NewServerFromRedisClient(w.AsynqClient(), asynq.Config{Queues: map[string]int{queue: 1}, Concurrency: 1,
+			TaskCheckInterval: 30 * time.Second, DelayedTaskCheckInterval: time.Second, ShutdownTimeout: time.Second,
+			LogLevel: asynq.FatalLevel})
+		require.NoError(t, srv.Start(handler))
+		servers = append(servers, srv)
+	}
+	fetches := func() int {
+		alone, _ := rec.snapshot()
+		return len(slices.DeleteFunc(alone, func(keys []string) bool { return !pipeline.IsFetch(keys) }))
+	}
+	settled := func() int {
+		// Every loop has fetched and is held once the count stops moving.
+		n := fetches()
+		for n < loops {
+			time.Sleep(100 * time.Millisecond)
+			n = fetches()
+		}
+		for {
+			time.Sleep(500 * time.Millisecond)
+			if m := fetches(); m == n {
+				return n
+			} else {
+				n = m
+			}
+		}
+	}
+	remote, local := asynq.NewClientFromRedisClient(other.AsynqClient()), asynq.NewClientFromRedisClient(w.AsynqClient())
+	one := func(what string, c *asynq.Client, most int) {
+		t.Helper()
+		before := settled()
+		_, err := c.Enqueue(asynq.NewTask("relay", []byte(what), asynq.Queue(queue)))
+		require.NoError(t, err)
+		select {
+		case got := <-ran:
+			require.Equal(t, what, got)
+		case <-time.After(20 * time.Second):
+			t.Fatalf("%s: not picked up", what)
+		}
+		n := settled() - before
+		t.Logf("%s: %d fetches with %d loops held", what, n, loops)
+		require.LessOrEqual(t, n, most, "%s: one wake-up released more than one held fetch", what)
+	}
+	settled()
+	// The fetch that takes the task, the one it passes the wake-up to
+	// (which finds the queue empty), and the loop's next fetch once the
+	// task is done. (Waking every held loop made loops+1.)
+	one("from another process", remote, 3)
+	// And one more: this process's own wake-up, echoed back by pub/sub.
+	one("from this process", local, 4)
+
+	for range loops {
+		_, err := remote.Enqueue(asynq.NewTask("relay", []byte("burst"), asynq.Queue(queue), asynq.ProcessIn(time.Second)))
+		require.NoError(t, err)
+	}
+	for range loops {
+		select {
+		case <-ran:
+		case <-time.After(30 * time.Second):
+			t.Fatal("the burst was not picked up")
+		}
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	require.Equal(t, loops, most, "the burst reached every held loop")
+}

@@ -2,6 +2,7 @@ package pipeline
 
 import (
 	"context"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -17,6 +18,14 @@ import (
 // FetchWait passes, whichever is first; a wake-up asks again at once.
 // The poll stays as the fallback for a wake-up that never comes (a task
 // moved by a tool outside bgjobs, a pub/sub link down).
+//
+// A wake-up releases one held fetch, not all of them: a worker holds one
+// fetch per fetch loop (twelve for work at concurrency 50), and waking
+// every one for each task made a dozen fetches per task on every process
+// of a fleet. The fetch that finds a task then passes the wake-up on to
+// the next held fetch of its queue (a relay): one task costs two fetches
+// per process, and a burst (a forward that moved many tasks, announced
+// once) still reaches every loop, one round trip apart.
 
 // wakeChannel is the pub/sub channel wake-ups travel on between processes:
 // the message is the pending list's key.
@@ -27,39 +36,55 @@ const wakeChannel = "bgjobs:fetch-wake"
 const FetchWait = 10 * time.Second
 
 type waker struct {
-	mu      sync.Mutex
-	on      bool
-	wait    time.Duration
-	queues  map[string]chan struct{} // pending key → closed when it may hold a task
+	mu   sync.Mutex
+	on   bool
+	wait time.Duration
+	// queues holds, per pending key, the fetches waiting on it, oldest
+	// first; each channel is closed when its fetch should ask again.
+	queues  map[string][]chan struct{}
 	stopSub context.CancelFunc
 	subDone chan struct{}
 }
 
-// channel is what a fetch of pending waits on, and for how long; nil when
-// waits are off. It is taken before the fetch runs, so a wake-up in
-// between is not missed.
-func (k *waker) channel(pending string) (chan struct{}, time.Duration) {
+// hold registers a fetch of pending as waiting and returns what it waits
+// on, and for how long; nil when waits are off. It is taken before the
+// fetch runs, so a wake-up in between is not missed.
+func (k *waker) hold(pending string) (chan struct{}, time.Duration) {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	if !k.on {
 		return nil, 0
 	}
-	ch, ok := k.queues[pending]
-	if !ok {
-		ch = make(chan struct{})
-		k.queues[pending] = ch
-	}
+	ch := make(chan struct{})
+	k.queues[pending] = append(k.queues[pending], ch)
 	return ch, k.wait
 }
 
-// wake releases the fetches waiting on pending.
+// leave unregisters a fetch that stops waiting (it found a task, or its
+// wait ran out); a fetch already woken is no longer registered.
+func (k *waker) leave(pending string, ch chan struct{}) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	waiting := k.queues[pending]
+	if i := slices.Index(waiting, ch); i >= 0 {
+		k.queues[pending] = slices.Delete(waiting, i, i+1)
+	}
+}
+
+// wake releases the oldest fetch waiting on pending, if any.
 func (k *waker) wake(pending string) {
 	k.mu.Lock()
 	defer k.mu.Unlock()
-	if ch, ok := k.queues[pending]; ok {
-		close(ch)
-		delete(k.queues, pending)
+	waiting := k.queues[pending]
+	if len(waiting) == 0 {
+		return
 	}
+	close(waiting[0])
+	if len(waiting) == 1 {
+		delete(k.queues, pending)
+		return
+	}
+	k.queues[pending] = waiting[1:]
 }
 
 // FetchWaits turns fetch waits on, each at most wait (a worker starts: its
@@ -79,14 +104,16 @@ func (w *Writer) FetchWaits(wait time.Duration) {
 	var stop context.CancelFunc
 	var done chan struct{}
 	if on {
-		k.queues = map[string]chan struct{}{}
+		k.queues = map[string][]chan struct{}{}
 		ctx, cancel := context.WithCancel(context.Background())
 		k.stopSub, k.subDone = cancel, make(chan struct{})
 		ps := w.rdb.Subscribe(ctx, wakeChannel)
 		go w.listen(ctx, ps, k.subDone)
 	} else {
-		for _, ch := range k.queues {
-			close(ch)
+		for _, waiting := range k.queues {
+			for _, ch := range waiting {
+				close(ch)
+			}
 		}
 		k.queues = nil
 		stop, done = k.stopSub, k.subDone
@@ -120,12 +147,20 @@ func (w *Writer) listen(ctx context.Context, ps *redis.PubSub, done chan struct{
 // empty and waits are on, it holds the fetch as described above. A
 // wake-up whose task another loop took first (or a process's own
 // announcement echoed back by pub/sub) keeps the fetch held: returning
-// empty would put the loop to sleep for its check interval.
+// empty would put the loop to sleep for its check interval. A fetch that
+// comes back with a task passes the wake-up on, since more may wait.
 func (c asynqClient) fetch(ctx context.Context, pending string, s script) *redis.Cmd {
 	k := &c.w.waker
-	ch, wait := k.channel(pending)
+	ch, wait := k.hold(pending)
 	cmd := s(ctx, c.UniversalClient)
-	if ch == nil || cmd.Err() != redis.Nil {
+	if ch == nil {
+		return cmd
+	}
+	if cmd.Err() != redis.Nil {
+		k.leave(pending, ch)
+		if cmd.Err() == nil {
+			k.wake(pending)
+		}
 		return cmd
 	}
 	t := time.NewTimer(wait)
@@ -133,13 +168,18 @@ func (c asynqClient) fetch(ctx context.Context, pending string, s script) *redis
 	for {
 		select {
 		case <-ch:
-			if ch, _ = k.channel(pending); ch == nil {
+			if ch, _ = k.hold(pending); ch == nil {
 				return cmd // the worker stops: no new task
 			}
 			if cmd = s(ctx, c.UniversalClient); cmd.Err() != redis.Nil {
+				k.leave(pending, ch)
+				if cmd.Err() == nil {
+					k.wake(pending)
+				}
 				return cmd
 			}
 		case <-t.C:
+			k.leave(pending, ch)
 			return cmd
 		}
 	}

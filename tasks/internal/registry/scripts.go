@@ -91,13 +91,15 @@ return 1
 // it recorded), {0} if it was already terminal (a no-op), {-1} if there is
 // no such row.
 var settleCmd = redis.NewScript(LuaTerminal + `
-local st = redis.call('HGET', KEYS[1], 'status')
+local row = redis.call('HMGET', KEYS[1], 'status', 'id', 'notified', 'batch_id', 'wait_until')
+local st, id = row[1], row[2]
 if not st then return {-1} end
 if terminal(st) then return {0} end
-redis.call('HSET', KEYS[1], 'status', ARGV[1], 'has_result', ARGV[2], 'result', ARGV[3],
-  'has_error', ARGV[4], 'error', ARGV[5], 'completed_at', ARGV[6])
-local id = redis.call('HGET', KEYS[1], 'id')
-if redis.call('HGET', KEYS[1], 'notified') == '1' then
+local set = {'status', ARGV[1], 'has_result', ARGV[2], 'result', ARGV[3],
+  'has_error', ARGV[4], 'error', ARGV[5], 'completed_at', ARGV[6]}
+if ARGV[11] == '1' then set[#set + 1] = 'hold_index'; set[#set + 1] = '1' end
+redis.call('HSET', KEYS[1], unpack(set))
+if row[3] == '1' then
   redis.call('EXPIRE', KEYS[1], ARGV[7])
 else
   redis.call('ZADD', KEYS[2], ARGV[6], id)
@@ -111,12 +113,10 @@ local function record(entry)
   redis.call('ZADD', KEYS[3], ARGV[6], entry)
   out[#out + 1] = entry
 end
-local row = redis.call('HMGET', KEYS[1], 'batch_id', 'wait_until')
 local announce = 'r|'
-if row[2] and tonumber(row[2]) > tonumber(ARGV[6]) then announce = 'w|' end
-if ARGV[11] == '1' then redis.call('HSET', KEYS[1], 'hold_index', '1') end
+if row[5] and tonumber(row[5]) > tonumber(ARGV[6]) then announce = 'w|' end
 if ARGV[10] == '1' then record('i|' .. id) end
-local bid = row[1]
+local bid = row[4]
 if not bid or bid == '' then
   if ARGV[9] == '1' then record(announce .. id) end
   return out
@@ -124,10 +124,10 @@ end
 local bkey = ARGV[8] .. 'batch:' .. bid
 local settled = redis.call('HINCRBY', bkey, 'settled', 1)
 redis.call('HINCRBY', bkey, ARGV[1], 1)
-local size = tonumber(redis.call('HGET', bkey, 'size'))
+local b = redis.call('HMGET', bkey, 'size', 'unsealed')
 if redis.call('EXISTS', bkey .. ':claim') == 1 then
   if ARGV[9] == '1' then record('r|' .. id) end
-elseif settled >= size and redis.call('HGET', bkey, 'unsealed') ~= '1' then
+elseif settled >= tonumber(b[1]) and b[2] ~= '1' then
   if redis.call('SET', bkey .. ':claim', 'full', 'NX') then
     redis.call('HSET', bkey, 'joined_at', ARGV[6], 'partial', '0')
     record('j|' .. bid)

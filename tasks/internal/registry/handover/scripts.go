@@ -15,15 +15,18 @@ import (
 // resends a pipeline) finds its own record and answers the same.
 //
 // voided(void) -> true when the caller behind this nonce is gone
-// handover(k, nonce, now, retention) marks row k delivered
+// handover(k, nonce, now, retention[, replay]) marks row k delivered (and,
+// for a drain with an idempotency key, readable by its repeat until replay)
 // record(taken, ids, nonce, ttl) keeps what this nonce took, for its undo
 const luaHandover = registry.LuaTerminal + `
 local function voided(void)
   return redis.call('EXISTS', void) == 1
 end
-local function handover(k, nonce, now, retention)
-  redis.call('HSET', k, 'notified', '1', 'notified_at', now)
-  if nonce ~= '' then redis.call('HSET', k, 'taken_by', nonce) end
+local function handover(k, nonce, now, retention, replay)
+  local set = {'notified', '1', 'notified_at', now}
+  if nonce ~= '' then set[#set + 1] = 'taken_by'; set[#set + 1] = nonce end
+  if replay then set[#set + 1] = 'replay_until'; set[#set + 1] = replay end
+  redis.call('HSET', k, unpack(set))
   redis.call('EXPIRE', k, retention)
 end
 local function record(taken, ids, nonce, ttl)
@@ -76,28 +79,31 @@ if prev then
   repeated = true
 end
 local more = 0
+local rows = {}
 if not repeated then
   local taken = {}
   local heldn = 0
+  local replay = nil
+  -- a repeat of this drain reads the rows again: purge keeps them until then
+  if ARGV[2] == '1' then replay = tonumber(ARGV[5]) + 1000 * tonumber(ARGV[3]) end
   local scan = redis.call('ZRANGE', KEYS[1], 0, 4 * page - 1)
   for _, id in ipairs(scan) do
     if #taken >= page then break end
     local k = ARGV[1] .. id
     local held = false
-    local f = redis.call('HMGET', k, 'hold_index', 'report_indexed', 'completed_at', 'wait_until', 'status')
+    -- one read: the hand-over's checks (1-6), then the fields to return
+    local f = redis.call('HMGET', k, 'hold_index', 'report_indexed', 'completed_at', 'wait_until', 'status',
+      'notified', unpack(ARGV, 10))
     if ARGV[6] == '1' then
       held = f[1] == '1' and f[2] ~= '1' and tonumber(f[3] or '0') > tonumber(ARGV[7])
     end
     if f[4] and tonumber(f[4]) > tonumber(ARGV[5]) then held = true end
     if held then heldn = heldn + 1 else redis.call('ZREM', KEYS[1], id) end
     local st = f[5]
-    if not held and st and terminal(st) and redis.call('HGET', k, 'notified') ~= '1' then
-      handover(k, nonce, ARGV[5], ARGV[4])
-      if ARGV[2] == '1' then
-        -- a repeat of this drain reads the row again: purge keeps it until then
-        redis.call('HSET', k, 'replay_until', tonumber(ARGV[5]) + 1000 * tonumber(ARGV[3]))
-      end
+    if not held and st and terminal(st) and f[6] ~= '1' then
+      handover(k, nonce, ARGV[5], ARGV[4], replay)
       taken[#taken + 1] = id
+      rows[#rows + 1] = {unpack(f, 7, 6 + #ARGV - 9)}
     end
   end
   ids = taken
@@ -111,9 +117,13 @@ if not repeated then
 end
 if repeated and redis.call('ZCARD', KEYS[1]) > 0 then more = 1 end
 local out = {more}
-for _, id in ipairs(ids) do
-  local row = redis.call('HMGET', ARGV[1] .. id, unpack(ARGV, 10))
-  if row[1] then out[#out + 1] = row end
+if repeated then
+  for _, id in ipairs(ids) do
+    local row = redis.call('HMGET', ARGV[1] .. id, unpack(ARGV, 10))
+    if row[1] then out[#out + 1] = row end
+  end
+else
+  for _, row in ipairs(rows) do out[#out + 1] = row end
 end
 return out
 `)
