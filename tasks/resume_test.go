@@ -8,11 +8,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hibiken/asynq"
 	"github.com/stretchr/testify/require"
 
 	"github.com/bgjobs/bgjobs"
 	"github.com/bgjobs/bgjobs/internal/testenv"
 	"github.com/bgjobs/bgjobs/search"
+	"github.com/bgjobs/bgjobs/tasks/internal/engine"
 	"github.com/bgjobs/bgjobs/tasks/internal/registry"
 )
 
@@ -200,6 +202,10 @@ func TestBatchJoinsOnce(t *testing.T) {
 	require.True(t, bt.Joined)
 	require.Equal(t, 7, bt.Settled)
 	require.Equal(t, bgjobs.Counts{Completed: 6, Failed: 1}, bt.Counts)
+	// Its straggler timer was armed by the first settle and is gone with
+	// the join, rather than firing for nothing later.
+	_, err = b.m.eng.Inspector().GetTaskInfo(b.m.eng.Queue(engine.QueueControl), "straggler:"+res.BatchID)
+	require.ErrorIs(t, err, asynq.ErrTaskNotFound, "the straggler timer is disarmed")
 
 	// Replaying a member's settle after the join fires nothing.
 	j, err := b.m.store.Lookup(ctx, res.Jobs[0].ID)

@@ -158,6 +158,11 @@ func (e *Engine) ArmTimer(ctx context.Context, typ, taskID string, p ControlPayl
 		asynq.Queue(e.Queue(QueueControl)), asynq.ProcessIn(after), asynq.MaxRetry(TimerMaxRetry))))
 }
 
+// DisarmTimer removes a control timer that has not fired yet, if it is
+// there: what it would have done is done. A timer already running is left
+// to find that out itself.
+func (e *Engine) DisarmTimer(taskID string) { _ = e.insp.DeleteTask(e.Queue(QueueControl), taskID) }
+
 // once treats a task id that is already taken as done: the task was
 // queued before.
 func once(_ *asynq.TaskInfo, err error) error {

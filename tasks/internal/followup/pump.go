@@ -174,6 +174,11 @@ func (f *Followups) join(ctx context.Context, tag string, e registry.Entry) erro
 		}
 	}
 	agent, session := bgjobs.SplitTag(tag)
+	if !b.Partial {
+		// Joined in full: its straggler timer would fire, 15 minutes on,
+		// only to find the claim taken. (A partial join is that timer.)
+		f.eng.DisarmTimer(stragglerID(b.ID))
+	}
 	metrics.BatchJoins.WithLabelValues(strconv.FormatBool(b.Partial)).Inc()
 	f.feeds.Publish(bgjobs.Event{Type: bgjobs.EventBatchJoined, BatchID: b.ID, Agent: agent, OriginSession: session,
 		Status: bgjobs.StatusCompleted, Counts: &b.Counts, Partial: b.Partial, At: f.now().UTC()})
@@ -189,9 +194,12 @@ func (f *Followups) join(ctx context.Context, tag string, e registry.Entry) erro
 // starts.
 func (f *Followups) armStraggler(ctx context.Context, tag string, e registry.Entry) error {
 	agent, session := bgjobs.SplitTag(tag)
-	return f.eng.ArmTimer(ctx, engine.TypeStraggler, "straggler:"+e.Ref,
+	return f.eng.ArmTimer(ctx, engine.TypeStraggler, stragglerID(e.Ref),
 		engine.ControlPayload{Agent: agent, Session: session, BatchID: e.Ref}, f.cfg.BatchJoinTimeout)
 }
+
+// stragglerID is the task id of a batch's straggler timer.
+func stragglerID(batchID string) string { return "straggler:" + batchID }
 
 // index: a turn's report goes to the reports stream.
 func (f *Followups) index(ctx context.Context, tag string, e registry.Entry) error {
