@@ -15,6 +15,7 @@ import (
 	"github.com/bgjobs/bgjobs"
 	"github.com/bgjobs/bgjobs/metrics"
 	"github.com/bgjobs/bgjobs/tasks/internal/engine"
+	"github.com/bgjobs/bgjobs/tasks/internal/registry/wake"
 )
 
 // ErrNudgeInFlight defers a resume while another of its session is being
@@ -54,40 +55,38 @@ func (f *Followups) ProcessResume(ctx context.Context, t *asynq.Task) error {
 			return err
 		}
 	}
-	held, err := f.wake.HoldIfBusy(ctx, tag, p.Meta.Trigger, f.now())
-	if err != nil {
+	d, err := f.wake.BeginDelivery(ctx, tag, p.Meta.Trigger, p.MessageID, f.now(), inflightTTL)
+	switch {
+	case err != nil:
 		return err
-	}
-	if held {
+	case d == wake.DeliveryHeld:
 		f.store.SetResumeState(tag, p.Meta.Jobs, "held", "")
 		metrics.Resumes.WithLabelValues("held").Inc()
 		f.log.Info("resume held: session busy", slog.String("session", p.Session), slog.String("trigger", p.Meta.Trigger))
 		return nil
+	case d == wake.DeliveryInFlight:
+		// One nudge in flight per session: a second waits its turn.
+		return ErrNudgeInFlight
+	case d == wake.DeliveredBefore:
+		return nil
 	}
+	// The lock is ours until the end; the sent mark goes with its release,
+	// so a repeat of this task (a worker that died after sending) finds it.
+	var sent time.Duration
+	defer func() {
+		if err := f.wake.EndDelivery(context.WithoutCancel(ctx), tag, p.MessageID, sent); err != nil && sent > 0 {
+			f.log.Warn("resume delivered but not marked", slog.String("message_id", p.MessageID), slog.Any("err", err))
+		}
+	}()
 	if f.resumer == nil {
 		return fmt.Errorf("%w: this process cannot send resumes", asynq.SkipRetry)
-	}
-	// One nudge in flight per session: a second waits its turn.
-	if ok, err := f.wake.LockDelivery(ctx, tag, p.MessageID, inflightTTL); err != nil {
-		return err
-	} else if !ok {
-		return ErrNudgeInFlight
-	}
-	defer f.wake.UnlockDelivery(context.WithoutCancel(ctx), tag, p.MessageID)
-	// A worker that died after sending but before asynq recorded the task
-	// done would send it again on recovery: the delivered mark, set the
-	// moment the agent answered, turns that repeat into a no-op.
-	if sent, err := f.wake.Delivered(ctx, tag, p.MessageID); err != nil || sent {
-		return err
 	}
 	if err := f.resumer.SendResume(ctx, a, p.Session, p.MessageID, p.Meta); err != nil {
 		f.deliveryFailed(ctx, tag, p, err)
 		return err
 	}
+	sent = engine.ResumeRetention
 	f.store.SetResumeState(tag, p.Meta.Jobs, "delivered", "")
-	if err := f.wake.MarkDelivered(context.WithoutCancel(ctx), tag, p.MessageID, engine.ResumeRetention); err != nil {
-		f.log.Warn("resume delivered but not marked", slog.String("message_id", p.MessageID), slog.Any("err", err))
-	}
 	metrics.Resumes.WithLabelValues("delivered").Inc()
 	if p.Since > 0 {
 		metrics.ResumeLatency.Observe(f.now().Sub(time.UnixMilli(p.Since)).Seconds())

@@ -5,23 +5,49 @@ import "github.com/redis/go-redis/v9"
 // The session wake-up scripts. Times are unix milliseconds passed in by
 // the caller, so tests can inject a clock.
 
-// holdIfBusyCmd decides, for a resume about to be sent, whether the session
-// is inside a turn. If it is, the trigger is held (never dropped) for the
-// coalesced nudge that idle or the lease's lapse will send.
+// beginDeliveryCmd decides, for a resume about to be sent, whether it goes:
+// not while the session is inside a turn (the trigger is then held, never
+// dropped, for the coalesced nudge that idle or the lease's lapse sends),
+// not if it was sent before (a worker that died after sending, before
+// asynq recorded the task done, runs it again), and only one of a session
+// at a time (the delivery lock, which the sender keeps until endDeliveryCmd).
 //
 // KEYS[1] -> session busy lease (string: lease expiry ms)
 // KEYS[2] -> session held zset (trigger → when it was held, ms)
+// KEYS[3] -> the resume's sent mark
+// KEYS[4] -> session delivery lock
 // ARGV[1] -> now (ms)
 // ARGV[2] -> trigger (job or batch id)
+// ARGV[3] -> message id (the lock's holder)
+// ARGV[4] -> lock TTL (ms), should the sender die mid-send
 //
-// Returns 1 if held, 0 if the session is not busy and the resume may go.
-var holdIfBusyCmd = redis.NewScript(`
+// Returns 0 if the lock is taken and the resume may go, 1 if held (busy),
+// 2 if another resume of the session is being sent, 3 if it was sent.
+var beginDeliveryCmd = redis.NewScript(`
 local lease = redis.call('GET', KEYS[1])
 if lease and tonumber(lease) > tonumber(ARGV[1]) then
   redis.call('ZADD', KEYS[2], ARGV[1], ARGV[2])
   return 1
 end
+if redis.call('EXISTS', KEYS[3]) == 1 then return 3 end
+if not redis.call('SET', KEYS[4], ARGV[3], 'NX', 'PX', ARGV[4]) then return 2 end
 return 0
+`)
+
+// endDeliveryCmd ends a delivery beginDeliveryCmd let go: the resume is
+// marked sent if it was, and the lock freed only if this sender still
+// holds it, so a delivery that outlived its lock never frees another's.
+//
+// KEYS[1] -> the resume's sent mark
+// KEYS[2] -> session delivery lock
+// ARGV[1] -> message id (the lock's holder)
+// ARGV[2] -> how long the sent mark is kept (ms); "0" when not sent
+//
+// Returns 1 if the lock was freed, 0 if it had passed on or expired.
+var endDeliveryCmd = redis.NewScript(`
+if ARGV[2] ~= '0' then redis.call('SET', KEYS[1], '1', 'PX', ARGV[2]) end
+if redis.call('GET', KEYS[2]) ~= ARGV[1] then return 0 end
+return redis.call('DEL', KEYS[2])
 `)
 
 // busyCmd starts or extends a session's busy lease.
@@ -152,16 +178,4 @@ redis.call('ZADD', KEYS[3], ARGV[1], entry)
 cap = math.min(cap * 2, tonumber(ARGV[4]))
 writeWindow(KEYS[1], now + base, now + cap, cap)
 return {entry, base}
-`)
-
-// releaseLockCmd deletes a lock only if the caller still holds it, so a
-// delivery that outlived its lock never frees another's.
-//
-// KEYS[1] -> lock key
-// ARGV[1] -> the holder's token
-//
-// Returns 1 if released, 0 if the lock had passed on or expired.
-var releaseLockCmd = redis.NewScript(`
-if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
-return redis.call('DEL', KEYS[1])
 `)

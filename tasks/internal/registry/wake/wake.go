@@ -62,13 +62,6 @@ func (s *Store) EndBusy(ctx context.Context, tag string, now time.Time, lapse bo
 	return res[0] == 1, res[1] == 1, nil
 }
 
-// HoldIfBusy holds trigger for the session's coalesced nudge if the
-// session is busy (holdIfBusyCmd), and reports whether it did.
-func (s *Store) HoldIfBusy(ctx context.Context, tag, trigger string, now time.Time) (bool, error) {
-	n, err := s.w.Script(ctx, holdIfBusyCmd, []string{s.k.Busy(tag), s.k.Held(tag)}, now.UnixMilli(), trigger).Int()
-	return n == 1, registry.Unavailable("hold resume", err)
-}
-
 // StormGate passes a singleton resume through the session's storm guard
 // (stormCmd). send: it goes now, and a window of the given length opened
 // (or it had been let through before). Otherwise it waits in the storm
@@ -104,25 +97,34 @@ func (s *Store) StormFlush(ctx context.Context, tag string, now time.Time, windo
 	return registry.ParseEntry(raw, now.UnixMilli()), true, time.Duration(wait) * time.Millisecond, nil
 }
 
-// LockDelivery takes the session's one-delivery-at-a-time lock for message
-// id, for ttl. It reports whether the caller holds it.
-func (s *Store) LockDelivery(ctx context.Context, tag, messageID string, ttl time.Duration) (bool, error) {
-	ok, err := s.rdb.SetNX(ctx, s.k.Inflight(tag), messageID, ttl).Result()
-	return ok, registry.Unavailable("resume lock", err)
+// Delivery is what BeginDelivery decided for a resume.
+type Delivery int
+
+const (
+	// DeliverNow: the session's delivery lock is the caller's; send the
+	// resume, then EndDelivery.
+	DeliverNow Delivery = iota
+	// DeliveryHeld: the session is busy; its trigger waits for the fold.
+	DeliveryHeld
+	// DeliveryInFlight: another resume of the session is being sent.
+	DeliveryInFlight
+	// DeliveredBefore: this resume was sent already.
+	DeliveredBefore
+)
+
+// BeginDelivery decides whether resume messageID of the session, about
+// trigger, goes now (beginDeliveryCmd): held while the session is busy,
+// skipped if sent before, one of a session at a time under a lock of
+// lockTTL.
+func (s *Store) BeginDelivery(ctx context.Context, tag, trigger, messageID string, now time.Time, lockTTL time.Duration) (Delivery, error) {
+	n, err := s.w.Script(ctx, beginDeliveryCmd, []string{s.k.Busy(tag), s.k.Held(tag), s.k.Sent(tag, messageID), s.k.Inflight(tag)},
+		now.UnixMilli(), trigger, messageID, lockTTL.Milliseconds()).Int()
+	return Delivery(n), registry.Unavailable("begin a resume's delivery", err)
 }
 
-// UnlockDelivery frees the lock if messageID still holds it.
-func (s *Store) UnlockDelivery(ctx context.Context, tag, messageID string) {
-	_ = s.w.Script(ctx, releaseLockCmd, []string{s.k.Inflight(tag)}, messageID).Err()
-}
-
-// Delivered reports whether resume messageID of the session was sent.
-func (s *Store) Delivered(ctx context.Context, tag, messageID string) (bool, error) {
-	n, err := s.rdb.Exists(ctx, s.k.Sent(tag, messageID)).Result()
-	return n == 1, registry.Unavailable("resume mark", err)
-}
-
-// MarkDelivered records that resume messageID was sent, for ttl.
-func (s *Store) MarkDelivered(ctx context.Context, tag, messageID string, ttl time.Duration) error {
-	return registry.Unavailable("resume mark", s.rdb.Set(ctx, s.k.Sent(tag, messageID), "1", ttl).Err())
+// EndDelivery frees the lock BeginDelivery took and, if the resume went
+// out (sentTTL > 0), marks it sent for sentTTL (endDeliveryCmd).
+func (s *Store) EndDelivery(ctx context.Context, tag, messageID string, sentTTL time.Duration) error {
+	err := s.w.Script(ctx, endDeliveryCmd, []string{s.k.Sent(tag, messageID), s.k.Inflight(tag)}, messageID, sentTTL.Milliseconds()).Err()
+	return registry.Unavailable("end a resume's delivery", err)
 }

@@ -86,9 +86,9 @@ func TestBusyScripts(t *testing.T) {
 	b := setup(t)
 	tag := bgjobs.Tag("alpha", "s")
 	require.NoError(t, b.wake.SetBusy(b.Ctx, tag, now.Add(time.Minute), 2*time.Minute))
-	held, err := b.wake.HoldIfBusy(b.Ctx, tag, "bg-000000000abc", now)
+	d, err := b.wake.BeginDelivery(b.Ctx, tag, "bg-000000000abc", "resume-bg-000000000abc", now, time.Minute)
 	require.NoError(t, err)
-	require.True(t, held)
+	require.Equal(t, wake.DeliveryHeld, d)
 	ended, folded, err := b.wake.EndBusy(b.Ctx, tag, now, true)
 	require.NoError(t, err)
 	require.Equal(t, []bool{false, false}, []bool{ended, folded})
@@ -101,40 +101,46 @@ func TestBusyScripts(t *testing.T) {
 	out, err := b.S.Outbox(b.Ctx, tag)
 	require.NoError(t, err)
 	require.Equal(t, []string{"f"}, kinds(out))
-	held, err = b.wake.HoldIfBusy(b.Ctx, tag, "bg-000000000abc", now)
+	d, err = b.wake.BeginDelivery(b.Ctx, tag, "bg-000000000abc", "resume-bg-000000000abc", now, time.Minute)
 	require.NoError(t, err)
-	require.False(t, held)
+	require.Equal(t, wake.DeliverNow, d, "idle: it goes")
 }
 
 // The delivery lock and the sent mark: one delivery of a session at a time,
-// a lock freed only by its holder, a message marked sent once delivered.
+// a lock freed only by its holder, a message sent once not sent again, and
+// nothing sent while the session is busy.
 func TestDeliveryLockAndMarks(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	tag := bgjobs.Tag("alpha", "s")
 	for _, tc := range []struct {
-		desc    string
-		holder  string
-		want    bool
-		release string // released by this holder first
+		desc  string
+		busy  bool
+		end   string // ended by this sender first
+		sent  bool   // … having sent its resume
+		begin string
+		want  wake.Delivery
 	}{
-		{desc: "the first takes the lock", holder: "m1", want: true},
-		{desc: "a second waits its turn", holder: "m2", want: false},
-		{desc: "another's release frees nothing", holder: "m2", release: "m2", want: false},
-		{desc: "the holder's release frees it", holder: "m2", release: "m1", want: true},
+		{desc: "the first takes the lock", begin: "m1", want: wake.DeliverNow},
+		{desc: "a second waits its turn", begin: "m2", want: wake.DeliveryInFlight},
+		{desc: "another's end frees nothing", end: "m2", begin: "m2", want: wake.DeliveryInFlight},
+		{desc: "the holder's end frees it", end: "m1", sent: true, begin: "m2", want: wake.DeliverNow},
+		{desc: "a message sent is not sent again", end: "m2", begin: "m1", want: wake.DeliveredBefore},
+		{desc: "one not sent may go again", begin: "m2", want: wake.DeliverNow},
+		{desc: "nothing goes while the session is busy", end: "m2", busy: true, begin: "m3", want: wake.DeliveryHeld},
 	} {
-		if tc.release != "" {
-			b.wake.UnlockDelivery(b.Ctx, tag, tc.release)
+		if tc.end != "" {
+			var ttl time.Duration
+			if tc.sent {
+				ttl = time.Minute
+			}
+			require.NoError(t, b.wake.EndDelivery(b.Ctx, tag, tc.end, ttl), tc.desc)
 		}
-		ok, err := b.wake.LockDelivery(b.Ctx, tag, tc.holder, time.Minute)
+		if tc.busy {
+			require.NoError(t, b.wake.SetBusy(b.Ctx, tag, now.Add(time.Minute), 2*time.Minute))
+		}
+		d, err := b.wake.BeginDelivery(b.Ctx, tag, "bg-000000000abc", tc.begin, now, time.Minute)
 		require.NoError(t, err, tc.desc)
-		require.Equal(t, tc.want, ok, tc.desc)
+		require.Equal(t, tc.want, d, tc.desc)
 	}
-	sent, err := b.wake.Delivered(b.Ctx, tag, "m1")
-	require.NoError(t, err)
-	require.False(t, sent)
-	require.NoError(t, b.wake.MarkDelivered(b.Ctx, tag, "m1", time.Minute))
-	sent, err = b.wake.Delivered(b.Ctx, tag, "m1")
-	require.NoError(t, err)
-	require.True(t, sent)
 }
