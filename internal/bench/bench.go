@@ -75,6 +75,7 @@ func Run(ctx context.Context, o Options, out io.Writer) error {
 		label string
 		run   func() (time.Duration, error)
 		took  []time.Duration
+		costs []cost
 	}{
 		{label: "raw asynq   (enqueue → no-op handler)",
 			run: func() (time.Duration, error) { return rawAsynq(ctx, rdb, o, []int{o.Concurrency}) }},
@@ -87,11 +88,13 @@ func Run(ctx context.Context, o Options, out io.Writer) error {
 	// lands on all of them; the median of each is reported.
 	for range o.Rounds {
 		for i := range phases {
+			spent := meter(ctx, rdb)
 			d, err := phases[i].run()
 			if err != nil {
 				return fmt.Errorf("%s: %w", phases[i].label, err)
 			}
 			phases[i].took = append(phases[i].took, d)
+			phases[i].costs = append(phases[i].costs, spent(o.Jobs))
 		}
 	}
 	rate := make([]float64, len(phases))
@@ -106,6 +109,12 @@ func Run(ctx context.Context, o Options, out io.Writer) error {
 	// bgjobs runs its work slots on several servers to lift that cap. The
 	// same split given to raw asynq shows what is left of the gap.
 	fmt.Fprintf(out, "ratio bgjobs/asynq split like bgjobs: %.2f (goal ≥ 0.50; baseline 0.32)\n", rate[1]/rate[2])
+	// What each spent per job, load included (bgjobs' HTTP clients, asynq's
+	// enqueuers): steadier than the rates on a shared machine.
+	fmt.Fprintln(out, "per job (median of rounds; this process includes the load generator; Redis commands include those inside scripts):")
+	for i, label := range []string{"raw asynq", "bgjobs", "raw asynq split like bgjobs"} {
+		medianCost(phases[i].costs).print(out, label)
+	}
 	if err := Cluster(ctx, o, out); err != nil {
 		return err
 	}
