@@ -193,6 +193,11 @@ func (f *Followups) join(ctx context.Context, tag string, e registry.Entry) erro
 // armStraggler: the batch's first member settled; its straggler timer
 // starts.
 func (f *Followups) armStraggler(ctx context.Context, tag string, e registry.Entry) error {
+	// A batch whose members all ended at once has joined by now: it needs
+	// no timer (and its join found none to disarm).
+	if joined, err := f.store.Joined(ctx, tag, e.Ref); err != nil || joined {
+		return err
+	}
 	agent, session := bgjobs.SplitTag(tag)
 	return f.eng.ArmTimer(ctx, engine.TypeStraggler, stragglerID(e.Ref),
 		engine.ControlPayload{Agent: agent, Session: session, BatchID: e.Ref}, f.cfg.BatchJoinTimeout)

@@ -88,6 +88,17 @@ func (s *Store) LoadBatch(ctx context.Context, tag, id string) (*bgjobs.Batch, e
 	return b, nil
 }
 
+// Joined reports whether the batch's join claim is taken (it joined, in
+// full or on its straggler timer).
+func (s *Store) Joined(ctx context.Context, tag, id string) (bool, error) {
+	var n *redis.IntCmd
+	err := s.do(ctx, func(ctx context.Context, p redis.Pipeliner) { n = p.Exists(ctx, s.k.batchClaim(tag, id)) })
+	if err == nil {
+		err = n.Err()
+	}
+	return err == nil && n.Val() == 1, unavailable("batch claim", err)
+}
+
 // ForceJoin takes the batch's join claim early (forceJoinCmd), for the
 // straggler timer. It reports whether this call joined the batch; the
 // outbox then holds its EntryJoin.
