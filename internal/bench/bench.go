@@ -27,6 +27,7 @@ import (
 
 	"github.com/bgjobs/bgjobs"
 	"github.com/bgjobs/bgjobs/handlers"
+	"github.com/bgjobs/bgjobs/internal/bench/recall"
 	"github.com/bgjobs/bgjobs/internal/redisconn"
 	"github.com/bgjobs/bgjobs/internal/redisns"
 	"github.com/bgjobs/bgjobs/tasks"
@@ -140,7 +141,7 @@ func Run(ctx context.Context, o Options, out io.Writer) error {
 	if o.RecallDocs == 0 {
 		return nil
 	}
-	return Recall(ctx, o.RecallDocs, 200, out)
+	return recall.Run(ctx, o.RecallDocs, 200, out)
 }
 
 func connect(ctx context.Context, url string) (redis.UniversalClient, string, func(), error) {

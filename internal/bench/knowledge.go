@@ -16,6 +16,7 @@ import (
 
 	"github.com/bgjobs/bgjobs"
 	"github.com/bgjobs/bgjobs/handlers"
+	"github.com/bgjobs/bgjobs/internal/bench/recall"
 	"github.com/bgjobs/bgjobs/internal/redisns"
 	"github.com/bgjobs/bgjobs/search"
 	"github.com/bgjobs/bgjobs/tasks"
@@ -60,13 +61,10 @@ func startMemory(ctx context.Context, rdb redis.UniversalClient, m *tasks.Manage
 // same texts with bgjobs' mapping in batches of 1,000.
 func Knowledge(ctx context.Context, rdb redis.UniversalClient, o Options, out io.Writer) error {
 	r := rand.New(rand.NewPCG(3, 4))
-	filler := make([]string, 2000)
-	for i := range filler {
-		filler[i] = fmt.Sprintf("w%dx", i)
-	}
+	filler := recall.Filler()
 	docs := make([]search.Doc, knowledgeDocs)
 	for i := range docs {
-		docs[i] = recallDoc(r, i, filler)
+		docs[i] = recall.Doc(r, i, filler)
 	}
 
 	raw, err := rawIndexing(docs)

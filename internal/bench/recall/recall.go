@@ -1,4 +1,6 @@
-package bench
+// Package recall is the bench's memory_recall phase at size, and the
+// corpus of ~2 KB documents the knowledge phase indexes too.
+package recall
 
 import (
 	"context"
@@ -17,13 +19,22 @@ import (
 	"github.com/bgjobs/bgjobs/search"
 )
 
+// Filler is the vocabulary documents are written in, besides the topics.
+func Filler() []string {
+	filler := make([]string, 2000)
+	for i := range filler {
+		filler[i] = fmt.Sprintf("w%dx", i)
+	}
+	return filler
+}
+
 // recallTopics are words each document carries with probability 0.4, so a
 // query of two of them matches about 16 % of the corpus (8,000 of 50,000).
 var recallTopics = []string{"harbour", "ledger", "turbine", "glacier", "orchard", "quarry", "lantern", "meadow",
 	"compass", "beacon", "canyon", "fjord", "granary", "kiln", "lagoon", "mill"}
 
-// recallDoc is a ~2 KB document: filler prose with some topic words.
-func recallDoc(r *rand.Rand, i int, filler []string) search.Doc {
+// Doc is a ~2 KB document: filler prose with some topic words.
+func Doc(r *rand.Rand, i int, filler []string) search.Doc {
 	var b strings.Builder
 	var topics []string
 	for _, t := range recallTopics {
@@ -44,11 +55,11 @@ func recallDoc(r *rand.Rand, i int, filler []string) search.Doc {
 		Heading: fmt.Sprintf("Document %d", i), Body: b.String(), CreatedAt: time.Now().UTC()}
 }
 
-// Recall measures memory_recall at size: docs documents of about 2 KB,
+// Run measures memory_recall at size: docs documents of about 2 KB,
 // two-word queries each matching thousands of them; bgjobs' Recall beside
 // the same words asked of bleve the way bgjobs asked before (one request
 // that ranks and highlights every match, the filters scoring too).
-func Recall(ctx context.Context, docs, queries int, out io.Writer) error {
+func Run(ctx context.Context, docs, queries int, out io.Writer) error {
 	dir, err := os.MkdirTemp("", "bgjobs-bench-recall")
 	if err != nil {
 		return err
@@ -60,15 +71,12 @@ func Recall(ctx context.Context, docs, queries int, out io.Writer) error {
 	}
 	defer x.Close()
 	r := rand.New(rand.NewPCG(1, 2))
-	filler := make([]string, 2000)
-	for i := range filler {
-		filler[i] = fmt.Sprintf("w%dx", i)
-	}
+	filler := Filler()
 	start := time.Now()
 	for i := 0; i < docs; i += 1000 {
 		batch := make([]search.Doc, 0, 1000)
 		for j := i; j < min(i+1000, docs); j++ {
-			batch = append(batch, recallDoc(r, j, filler))
+			batch = append(batch, Doc(r, j, filler))
 		}
 		if err := x.Apply(batch, fmt.Sprintf("%d-0", i+1)); err != nil {
 			return err
