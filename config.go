@@ -31,6 +31,7 @@ const (
 	ResumePollIntervalDefault  = 10 * time.Millisecond
 	ControlPollIntervalDefault = 100 * time.Millisecond
 	SparePollIntervalDefault   = 100 * time.Millisecond
+	FetchWaitDefault           = 10 * time.Second
 	MaxFetchLoopsDefault       = 12
 	// Resume delivery: asynq's retries, then slow re-sends.
 	ResumeRetriesDefault       = 10
@@ -193,6 +194,11 @@ type Config struct {
 	// idle queue (BGJOBS_SPARE_POLL_INTERVAL). Defaults to
 	// SparePollIntervalDefault.
 	SparePollInterval time.Duration
+	// FetchWait is the longest a worker's fetch that found its queue empty
+	// is held for a task to arrive (a wake-up releases it at once); a task
+	// moved by a tool that announces nothing is picked up within it.
+	// Defaults to FetchWaitDefault.
+	FetchWait time.Duration
 }
 
 // WithDefaults returns a copy of c with every zero field set to its default.
@@ -226,6 +232,7 @@ func (c Config) WithDefaults() Config {
 	c.EventStreams = cmp.Or(c.EventStreams, EventStreamsDefault)
 	c.MaxFastFetchLoops = cmp.Or(c.MaxFastFetchLoops, MaxFastFetchLoopsDefault)
 	c.SparePollInterval = max(c.PollInterval, cmp.Or(c.SparePollInterval, SparePollIntervalDefault))
+	c.FetchWait = cmp.Or(c.FetchWait, FetchWaitDefault)
 	return c
 }
 

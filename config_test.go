@@ -24,6 +24,7 @@ func TestWithDefaultsAppliesEveryDefault(t *testing.T) {
 		ResumePollInterval: bgjobs.ResumePollIntervalDefault, ControlPollInterval: bgjobs.ControlPollIntervalDefault,
 		MaxFetchLoops: bgjobs.MaxFetchLoopsDefault, MaxFastFetchLoops: bgjobs.MaxFastFetchLoopsDefault,
 		SparePollInterval:    bgjobs.SparePollIntervalDefault,
+		FetchWait:            bgjobs.FetchWaitDefault,
 		EventStreamsPerAgent: bgjobs.EventStreamsPerAgentDefault, EventStreams: bgjobs.EventStreamsDefault,
 		ResumeRetries: bgjobs.ResumeRetriesDefault, ResumeAgainInterval: bgjobs.ResumeAgainIntervalDefault,
 		ResumeAgainMax: bgjobs.ResumeAgainMaxDefault, MaxDepth: bgjobs.MaxDepthDefault, TurnWindow: bgjobs.TurnWindowDefault, ResumeCoalesceMax: bgjobs.ResumeCoalesceMaxDefault, MinReplicasTimeout: bgjobs.MinReplicasTimeoutDefault,

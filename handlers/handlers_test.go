@@ -11,10 +11,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hibiken/asynqmon"
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
 	"github.com/bgjobs/bgjobs"
+	"github.com/bgjobs/bgjobs/internal/redisconn"
 	"github.com/bgjobs/bgjobs/internal/testenv"
 	"github.com/bgjobs/bgjobs/tasks"
 )
@@ -198,4 +200,57 @@ func TestUnavailableNamesNoInternals(t *testing.T) {
 		require.NotContains(t, e["message"], "127.0.0.1", path)
 		require.NotContains(t, e["message"], "dial", path)
 	}
+}
+
+// asynqmon's changes wake the workers: a job queued while its queue is
+// paused runs as soon as the admin resumes the queue from the dashboard,
+// not when the worker's held fetch gives up (a minute here).
+func TestMonitoringWakesTheWorkers(t *testing.T) {
+	t.Parallel()
+	env := testenv.New(t)
+	ctx := context.Background()
+	cfg := bgjobs.Config{Namespace: env.Namespace, AdminKey: "adm", FetchWait: time.Minute}.WithDefaults()
+	m := tasks.NewManager(env.RDB, cfg, tasks.Deps{Logger: slog.New(slog.DiscardHandler)})
+	t.Cleanup(func() { _ = m.Close() })
+	w := m.NewWorker()
+	require.NoError(t, w.Start(ctx))
+	t.Cleanup(w.Shutdown)
+	opt, err := redisconn.ConnOpt(env.URL)
+	require.NoError(t, err)
+	mon := asynqmon.New(asynqmon.Options{RootPath: "/monitoring", RedisConnOpt: opt})
+	t.Cleanup(func() { _ = mon.Close() })
+	srv := httptest.NewServer(NewServer(cfg, Deps{Manager: m, Monitoring: mon, Log: slog.New(slog.DiscardHandler)}))
+	t.Cleanup(srv.Close)
+	call := func(method, path, body string) (int, map[string]any) {
+		t.Helper()
+		req, err := http.NewRequest(method, srv.URL+path, strings.NewReader(body))
+		require.NoError(t, err)
+		req.Header.Set("Authorization", "Bearer adm")
+		req.Header.Set("X-Bgjobs-Agent", "alpha")
+		resp, err := http.DefaultClient.Do(req)
+		require.NoError(t, err)
+		defer resp.Body.Close()
+		var out map[string]any
+		raw, _ := io.ReadAll(resp.Body)
+		_ = json.Unmarshal(raw, &out)
+		return resp.StatusCode, out
+	}
+	work := m.Queue("work")
+	code, _ := call("POST", "/monitoring/api/queues/"+work+":pause", "")
+	require.Equal(t, http.StatusNoContent, code)
+	code, j := call("POST", "/v1/jobs", `{"origin_session":"s","kind":"work","description":"d","work":{"type":"echo","args":{"text":"x"}}}`)
+	require.Equal(t, http.StatusAccepted, code)
+	id := j["id"].(string)
+	status := func() string {
+		_, row := call("GET", "/v1/jobs/"+id, "")
+		s, _ := row["status"].(string)
+		return s
+	}
+	// Its enqueue woke a fetch, which found the queue paused and is held.
+	time.Sleep(time.Second)
+	require.Equal(t, "queued", status(), "the queue is paused")
+
+	code, _ = call("POST", "/monitoring/api/queues/"+work+":resume", "")
+	require.Equal(t, http.StatusNoContent, code)
+	testenv.Eventually(t, 20*time.Second, "the job runs once its queue is resumed", func() bool { return status() == "completed" })
 }

@@ -95,7 +95,7 @@ func addRoutes(e *echo.Echo, d Deps, auth *authenticator) {
 	pages.GET("/batches/:id", cons.Batch)
 	if d.Monitoring != nil {
 		pages.Match([]string{http.MethodGet, http.MethodPost, http.MethodPut, http.MethodDelete, http.MethodPatch, http.MethodHead, http.MethodOptions},
-			"/monitoring/*", echo.WrapHandler(d.Monitoring), cons.AdminOnly, console.MonitoringHeaders(d.Monitoring))
+			"/monitoring/*", echo.WrapHandler(d.Monitoring), cons.AdminOnly, console.MonitoringHeaders(d.Monitoring), console.MonitoringWakes(m))
 	}
 
 	// Session ids may contain "/", so the action is the last path segment.

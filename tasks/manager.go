@@ -14,6 +14,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"log/slog"
+	"slices"
 	"sync/atomic"
 	"time"
 
@@ -149,6 +150,20 @@ const (
 	QueueResume  = engine.QueueResume
 	QueueControl = engine.QueueControl
 )
+
+// Queues are bgjobs' asynq queues in this namespace.
+func (m *Manager) Queues() []string { return m.eng.Queues() }
+
+// WakeQueue tells the workers of every process that tasks may wait in
+// queue, one of Queues (others are ignored): for a change made with
+// asynq's own tools, which announce nothing — a task run now or a queue
+// resumed from asynqmon — so a worker holding an empty fetch takes it at
+// once rather than when its hold (Config.FetchWait) runs out.
+func (m *Manager) WakeQueue(queue string) {
+	if slices.Contains(m.eng.Queues(), queue) {
+		m.writer.AnnounceQueue(queue)
+	}
+}
 
 // Reconcile runs every maintenance sweep once, here and now (elected or
 // not), and returns how many lost jobs it settled.

@@ -6,7 +6,6 @@ import (
 
 	"github.com/hibiken/asynq"
 
-	"github.com/bgjobs/bgjobs/internal/pipeline"
 	"github.com/bgjobs/bgjobs/tasks/internal/engine"
 	"github.com/bgjobs/bgjobs/tasks/internal/followup"
 )
@@ -41,7 +40,7 @@ func (m *Manager) NewWorker() *Worker {
 
 // Start runs the servers and the maintenance loop.
 func (w *Worker) Start(ctx context.Context) error {
-	w.m.writer.FetchWaits(pipeline.FetchWait)
+	w.m.writer.FetchWaits(w.m.cfg.FetchWait)
 	for _, s := range w.servers {
 		if err := s.Start(w.mux); err != nil {
 			return err

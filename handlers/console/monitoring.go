@@ -10,6 +10,8 @@ import (
 	"strings"
 
 	"github.com/labstack/echo/v4"
+
+	"github.com/bgjobs/bgjobs/tasks"
 )
 
 // MonitoringHeaders gives asynqmon a policy of its own: its page bootstraps
@@ -23,6 +25,30 @@ func MonitoringHeaders(asynqmon http.Handler) echo.MiddlewareFunc {
 		return func(c echo.Context) error {
 			c.Response().Header().Set("Content-Security-Policy", csp)
 			return next(c)
+		}
+	}
+}
+
+// MonitoringWakes tells the workers when asynqmon changed one of bgjobs'
+// queues (a task run now, a queue resumed, tasks moved back): asynq's
+// tools announce nothing, so a worker holding an empty fetch would find
+// the task only when its hold ran out. Its API names the queue first:
+// /monitoring/api/queues/<queue>/… or /monitoring/api/queues/<queue>:resume.
+func MonitoringWakes(m *tasks.Manager) echo.MiddlewareFunc {
+	return func(next echo.HandlerFunc) echo.HandlerFunc {
+		return func(c echo.Context) error {
+			err := next(c)
+			r := c.Request()
+			rest, api := strings.CutPrefix(r.URL.Path, "/monitoring/api/queues/")
+			if !api || r.Method == http.MethodGet || r.Method == http.MethodHead || c.Response().Status >= 300 {
+				return err
+			}
+			for _, q := range m.Queues() {
+				if after, ok := strings.CutPrefix(rest, q); ok && (after == "" || after[0] == '/' || after[0] == ':') {
+					m.WakeQueue(q)
+				}
+			}
+			return err
 		}
 	}
 }

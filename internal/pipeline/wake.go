@@ -15,7 +15,8 @@ import (
 // times a second. With waits on, a fetch that finds its queue empty is held
 // here instead, until a task may have arrived — a script of this process
 // that put one in the queue, or a wake-up another process published — or
-// FetchWait passes, whichever is first; a wake-up asks again at once.
+// the wait given to FetchWaits passes (Config.FetchWait), whichever is
+// first; a wake-up asks again at once.
 // The poll stays as the fallback for a wake-up that never comes (a task
 // moved by a tool outside bgjobs, a pub/sub link down).
 //
@@ -30,10 +31,6 @@ import (
 // wakeChannel is the pub/sub channel wake-ups travel on between processes:
 // the message is the pending list's key.
 const wakeChannel = "bgjobs:fetch-wake"
-
-// FetchWait is the longest a worker's fetch that found its queue empty is
-// held.
-const FetchWait = 10 * time.Second
 
 type waker struct {
 	mu   sync.Mutex
@@ -203,6 +200,14 @@ func fills(keys []string) (pending string, counted bool) {
 func (w *Writer) announce(ctx context.Context, p redis.Pipeliner, pending string) {
 	w.waker.wake(pending)
 	Announce(ctx, p, pending)
+}
+
+// AnnounceQueue wakes the fetches held on an asynq queue, in this process
+// and in others, as a follow-up write: for tasks moved there by a tool
+// that announces nothing (asynqmon running a task or resuming a queue).
+func (w *Writer) AnnounceQueue(queue string) {
+	pending := "asynq:{" + queue + "}:pending"
+	w.Add(func(ctx context.Context, p redis.Pipeliner) { w.announce(ctx, p, pending) })
 }
 
 // Announce tells every process's fetches of the pending list that a task
