@@ -25,8 +25,15 @@ type Index struct {
 	path string
 	// lock is held while the index is open: one process at a time.
 	lock *os.File
-	mu   sync.RWMutex
-	idx  bleve.Index
+	// mu keeps Close from closing the index under a call. Everything else
+	// shares it: bleve is safe for concurrent use (a search reads a
+	// snapshot while a batch is applied), and batches come from one writer
+	// (the Writer, or Rebuild with the directory locked). Batches once held
+	// it alone, and every recall waited for the batch in progress: over
+	// 50,000 documents, with batches of 200 coming, p50 about 100 ms
+	// instead of 11 (make bench).
+	mu  sync.RWMutex
+	idx bleve.Index
 }
 
 // checkpointKey is where the index keeps the last stream entry it applied,
@@ -130,10 +137,11 @@ func (x *Index) Checkpoint() (string, error) {
 }
 
 // Apply indexes docs and records checkpoint, in one bleve batch. A report
-// supersedes the earlier reports of its job.
+// supersedes the earlier reports of its job. One writer calls it; recalls
+// go on meanwhile.
 func (x *Index) Apply(docs []Doc, checkpoint string) error {
-	x.mu.Lock()
-	defer x.mu.Unlock()
+	x.mu.RLock()
+	defer x.mu.RUnlock()
 	b := x.idx.NewBatch()
 	latest := map[string]string{} // job id → newest report doc id in this batch
 	for _, d := range docs {
