@@ -24,9 +24,10 @@ import (
 // fetch per fetch loop (twelve for work at concurrency 50), and waking
 // every one for each task made a dozen fetches per task on every process
 // of a fleet. The fetch that finds a task then passes the wake-up on to
-// the next held fetch of its queue (a relay): one task costs two fetches
-// per process, and a burst (a forward that moved many tasks, announced
-// once) still reaches every loop, one round trip apart.
+// the next held fetch of its queue (a relay): one task costs a process
+// about three fetches (the one that takes it, the one it passes the
+// wake-up to, the taker's next), and a burst (a forward that moved many
+// tasks, announced once) still reaches every loop, one round trip apart.
 
 // wakeChannel is the pub/sub channel wake-ups travel on between processes:
 // the message is the pending list's key.
