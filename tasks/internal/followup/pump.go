@@ -175,8 +175,8 @@ func (f *Followups) join(ctx context.Context, tag string, e registry.Entry) erro
 	}
 	agent, session := bgjobs.SplitTag(tag)
 	if !b.Partial {
-		// Joined in full: its straggler timer would fire, 15 minutes on,
-		// only to find the claim taken. (A partial join is that timer.)
+		// Joined in full: its straggler timer would fire a join timeout
+		// later only to find the claim taken. (A partial join is that timer.)
 		f.eng.DisarmTimer(stragglerID(b.ID))
 	}
 	metrics.BatchJoins.WithLabelValues(strconv.FormatBool(b.Partial)).Inc()
