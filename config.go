@@ -196,8 +196,9 @@ type Config struct {
 	SparePollInterval time.Duration
 	// FetchWait is the longest a worker's fetch that found its queue empty
 	// is held for a task to arrive (a wake-up releases it at once); a task
-	// moved by a tool that announces nothing is picked up within it.
-	// Defaults to FetchWaitDefault.
+	// moved by a tool that announces nothing is picked up within it. A
+	// negative value turns holding off: idle fetch loops poll. Defaults to
+	// FetchWaitDefault.
 	FetchWait time.Duration
 }
 
