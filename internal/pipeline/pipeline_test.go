@@ -140,6 +140,32 @@ func TestWriterStopFlushesAndRefuses(t *testing.T) {
 	require.ErrorIs(t, err, pipeline.ErrStopped)
 }
 
+// twoProcesses is a worker process's writer, whose commands rec sees, and
+// the writer of another process on the same Redis.
+func twoProcesses(t *testing.T) (env *testenv.Env, w *pipeline.Writer, rec *recorder, other *pipeline.Writer) {
+	t.Helper()
+	env = testenv.New(t)
+	opt, err := redis.ParseURL(env.URL)
+	require.NoError(t, err)
+	mine := redis.NewClient(opt) // the worker process's own client
+	t.Cleanup(func() { _ = mine.Close() })
+	rec = &recorder{}
+	mine.AddHook(rec)
+	w = pipeline.New(mine, slog.New(slog.DiscardHandler))
+	other = pipeline.New(env.RDB, slog.New(slog.DiscardHandler))
+	for _, p := range []*pipeline.Writer{w, other} {
+		require.NoError(t, p.Start(context.Background()))
+		t.Cleanup(p.Stop)
+	}
+	return env, w, rec, other
+}
+
+// fetches counts the dequeues sent so far.
+func (r *recorder) fetches() int {
+	alone, _ := r.snapshot()
+	return len(slices.DeleteFunc(alone, func(keys []string) bool { return !pipeline.IsFetch(keys) }))
+}
+
 // Fetch waits, against the pinned asynq: an idle server's fetch loop is
 // held instead of polling, and a task is still picked
 // up at once — enqueued by another process (its wake-up travels by
@@ -147,20 +173,8 @@ func TestWriterStopFlushesAndRefuses(t *testing.T) {
 // set. The wait here is a minute, so a missed wake-up cannot pass.
 func TestFetchesWaitForWork(t *testing.T) {
 	t.Parallel()
-	env := testenv.New(t)
+	env, w, rec, other := twoProcesses(t)
 	ctx := context.Background()
-	opt, err := redis.ParseURL(env.URL)
-	require.NoError(t, err)
-	mine := redis.NewClient(opt) // the worker process's own client
-	defer mine.Close()
-	rec := &recorder{}
-	mine.AddHook(rec)
-	w := pipeline.New(mine, slog.New(slog.DiscardHandler))
-	require.NoError(t, w.Start(ctx))
-	defer w.Stop()
-	other := pipeline.New(env.RDB, slog.New(slog.DiscardHandler)) // another process
-	require.NoError(t, other.Start(ctx))
-	defer other.Stop()
 
 	w.FetchWaits(time.Minute)
 	queue := env.Namespace + ":wake"
@@ -176,18 +190,8 @@ func TestFetchesWaitForWork(t *testing.T) {
 		w.FetchWaits(0)
 		srv.Shutdown()
 	}()
-	fetches := func() int {
-		alone, _ := rec.snapshot()
-		n := 0
-		for _, keys := range alone {
-			if pipeline.IsFetch(keys) {
-				n++
-			}
-		}
-		return n
-	}
 	time.Sleep(2 * time.Second)
-	idle := fetches()
+	idle := rec.fetches()
 	require.LessOrEqual(t, idle, 2, "held, not polling")
 
 	expect := func(what string, enqueue func()) {
@@ -251,20 +255,7 @@ func TestFetchWaitsReleaseOnShutdown(t *testing.T) {
 // missed would hold the burst up past the deadline.
 func TestAWakeUpReleasesOneFetch(t *testing.T) {
 	t.Parallel()
-	env := testenv.New(t)
-	ctx := context.Background()
-	opt, err := redis.ParseURL(env.URL)
-	require.NoError(t, err)
-	mine := redis.NewClient(opt)
-	defer mine.Close()
-	rec := &recorder{}
-	mine.AddHook(rec)
-	w := pipeline.New(mine, slog.New(slog.DiscardHandler))
-	require.NoError(t, w.Start(ctx))
-	defer w.Stop()
-	other := pipeline.New(env.RDB, slog.New(slog.DiscardHandler))
-	require.NoError(t, other.Start(ctx))
-	defer other.Stop()
+	env, w, rec, other := twoProcesses(t)
 	w.FetchWaits(time.Minute)
 
 	const loops = 8
@@ -311,20 +302,16 @@ func TestAWakeUpReleasesOneFetch(t *testing.T) {
 		require.NoError(t, srv.Start(handler))
 		servers = append(servers, srv)
 	}
-	fetches := func() int {
-		alone, _ := rec.snapshot()
-		return len(slices.DeleteFunc(alone, func(keys []string) bool { return !pipeline.IsFetch(keys) }))
-	}
 	settled := func() int {
 		// Every loop has fetched and is held once the count stops moving.
-		n := fetches()
+		n := rec.fetches()
 		for n < loops {
 			time.Sleep(100 * time.Millisecond)
-			n = fetches()
+			n = rec.fetches()
 		}
 		for {
 			time.Sleep(500 * time.Millisecond)
-			if m := fetches(); m == n {
+			if m := rec.fetches(); m == n {
 				return n
 			} else {
 				n = m
