@@ -2,6 +2,7 @@ package tasks
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"strings"
 	"sync"
@@ -643,4 +644,26 @@ func TestTurnJoinsOneBriefing(t *testing.T) {
 		require.Len(t, got, 1)
 		require.Equal(t, bgjobs.Counts{Completed: 3}, got[0].Meta.Counts)
 	})
+}
+
+// A resume task run again after it was sent (its worker died before asynq
+// recorded it done) finds the sent mark and sends nothing; one that comes
+// while the session is busy is held, not sent.
+func TestAResumeRunAgainIsNotSentTwice(t *testing.T) {
+	t.Parallel()
+	b, rr := setupResuming(t)
+	ctx := context.Background()
+	resume := func(id string) *asynq.Task {
+		p, err := json.Marshal(engine.ResumePayload{Agent: "alpha", Session: "chat-r", MessageID: "resume-" + id,
+			Meta: bgjobs.ResumeMeta{Trigger: id, Jobs: []string{id}}})
+		require.NoError(t, err)
+		return asynq.NewTask(engine.TypeResume, p)
+	}
+	require.NoError(t, b.m.follow.ProcessResume(ctx, resume("bg-000000000001")))
+	require.NoError(t, b.m.follow.ProcessResume(ctx, resume("bg-000000000001")))
+	require.Len(t, rr.all(), 1, "sent once")
+
+	require.NoError(t, b.m.Busy(ctx, "alpha", "chat-r", time.Minute))
+	require.NoError(t, b.m.follow.ProcessResume(ctx, resume("bg-000000000002")))
+	require.Len(t, rr.all(), 1, "held while the session is busy")
 }
