@@ -667,3 +667,38 @@ func TestAResumeRunAgainIsNotSentTwice(t *testing.T) {
 	require.NoError(t, b.m.follow.ProcessResume(ctx, resume("bg-000000000002")))
 	require.Len(t, rr.all(), 1, "held while the session is busy")
 }
+
+// asynq keeps a timer's due time in whole seconds, so a lapse timer can
+// fire up to a second before its lease ends. That early run comes back
+// later (engine.ErrLater) rather than doing nothing: the nudge held through
+// the lease still goes, with no idle call.
+func TestAnEarlyLapseTimerComesBack(t *testing.T) {
+	t.Parallel()
+	b, rr := setupResuming(t)
+	b.startWorker(t)
+	ctx := context.Background()
+	clock := time.Now()
+	b.now.Store(&clock)
+	require.NoError(t, b.m.Busy(ctx, "alpha", "chat-l", time.Hour))
+	j := b.spawn(t, echoSpawn("chat-l", "held", 0, false))
+	b.waitStatus(t, j.ID, bgjobs.StatusCompleted, 10*time.Second)
+	time.Sleep(300 * time.Millisecond)
+	require.Empty(t, rr.all(), "held while busy")
+
+	lapse := func() error {
+		p, err := json.Marshal(engine.ControlPayload{Agent: "alpha", Session: "chat-l", Until: clock.Add(time.Hour).UnixMilli()})
+		require.NoError(t, err)
+		return b.m.follow.ProcessLapse(ctx, asynq.NewTask(engine.TypeLapse, p))
+	}
+	early := clock.Add(time.Hour - 400*time.Millisecond)
+	b.now.Store(&early)
+	require.ErrorIs(t, lapse(), engine.ErrLater, "fired before the lease ends: again shortly")
+	busy, err := b.m.IsBusy(ctx, "alpha", "chat-l")
+	require.NoError(t, err)
+	require.True(t, busy)
+
+	due := clock.Add(time.Hour + 300*time.Millisecond)
+	b.now.Store(&due)
+	require.NoError(t, lapse())
+	testenv.Eventually(t, 10*time.Second, "the lapse resume", func() bool { return len(rr.all()) == 1 })
+}

@@ -76,6 +76,8 @@ type ControlPayload struct {
 	BatchID string `json:"b,omitempty"`
 	// At is when the spawn that armed a seal timer joined its batch (ms).
 	At int64 `json:"t,omitempty"`
+	// Until is the end of the busy lease a lapse timer was armed for (ms).
+	Until int64 `json:"u,omitempty"`
 }
 
 // Engine enqueues and inspects bgjobs' asynq tasks.

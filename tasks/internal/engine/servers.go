@@ -84,7 +84,7 @@ func (e *Engine) ServerConfigs(cfg bgjobs.Config, log *slog.Logger, notFailure e
 	}
 	follow := server(QueueResume, followConcurrency, cfg.ResumePollInterval)
 	follow.IsFailure = func(err error) bool { return !errors.Is(err, notFailure) }
-	control := server(QueueControl, controlConcurrency, cfg.ControlPollInterval)
+	control := withFailure(server(QueueControl, controlConcurrency, cfg.ControlPollInterval), notJobFailure)
 	control.DelayedTaskCheckInterval = controlForwardInterval
 	configs := []asynq.Config{
 		withFailure(server(QueueTurns, cfg.TurnConcurrency, cfg.TurnPollInterval), notJobFailure),

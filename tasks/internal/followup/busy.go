@@ -37,7 +37,7 @@ func (f *Followups) Busy(ctx context.Context, agent, session string, ttl time.Du
 		return err
 	}
 	err := f.eng.ArmTimer(ctx, engine.TypeLapse, "lapse:"+registry.Digest(tag)+":"+strconv.FormatInt(expiry.UnixMilli(), 10),
-		engine.ControlPayload{Agent: agent, Session: session}, ttl+250*time.Millisecond)
+		engine.ControlPayload{Agent: agent, Session: session, Until: expiry.UnixMilli()}, ttl+250*time.Millisecond)
 	if err != nil {
 		return bgjobs.Unavailable("busy lapse timer", err)
 	}

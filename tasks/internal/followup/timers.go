@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"log/slog"
+	"time"
 
 	"github.com/hibiken/asynq"
 
@@ -37,6 +38,13 @@ func (f *Followups) ProcessLapse(ctx context.Context, t *asynq.Task) error {
 	var p engine.ControlPayload
 	if err := json.Unmarshal(t.Payload(), &p); err != nil {
 		return fmt.Errorf("%w: lapse payload: %v", asynq.SkipRetry, err)
+	}
+	if p.Until > 0 && f.now().UnixMilli() < p.Until {
+		// asynq keeps a timer's due time in whole seconds, so it may fire
+		// up to a second early. Before its lease ends a lapse changes
+		// nothing, and the nudges the session holds would wait for an idle
+		// call that may never come: look again shortly.
+		return fmt.Errorf("%w: the busy lease runs until %s", engine.ErrLater, time.UnixMilli(p.Until).UTC().Format(time.RFC3339Nano))
 	}
 	_, err := f.endBusy(ctx, bgjobs.Tag(p.Agent, p.Session), true)
 	return err
