@@ -14,7 +14,6 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"log/slog"
-	"slices"
 	"sync/atomic"
 	"time"
 
@@ -155,15 +154,12 @@ const (
 func (m *Manager) Queues() []string { return m.eng.Queues() }
 
 // WakeQueue tells the workers of every process that tasks may wait in
-// queue, one of Queues (others are ignored): for a change made with
-// asynq's own tools, which announce nothing — a task run now or a queue
-// resumed from asynqmon — so a worker holding an empty fetch takes it at
-// once rather than when its hold (Config.FetchWait) runs out.
-func (m *Manager) WakeQueue(queue string) {
-	if slices.Contains(m.eng.Queues(), queue) {
-		m.writer.AnnounceQueue(queue)
-	}
-}
+// queue, one of Queues (no worker holds a fetch on any other): for a
+// change made with asynq's own tools, which announce nothing — a task run
+// now or a queue resumed from asynqmon — so a worker holding an empty
+// fetch takes it at once rather than when its hold (Config.FetchWait)
+// runs out.
+func (m *Manager) WakeQueue(queue string) { m.writer.AnnounceQueue(queue) }
 
 // Reconcile runs every maintenance sweep once, here and now (elected or
 // not), and returns how many lost jobs it settled.

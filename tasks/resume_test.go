@@ -76,6 +76,18 @@ func (b *testBundle) registerAgent(t *testing.T, auto *bool) {
 	require.NoError(t, b.m.PutAgent(context.Background(), &bgjobs.Agent{Name: "alpha", A2AURL: "http://127.0.0.1:1/a2a", AutoResume: auto}))
 }
 
+// heldWhileBusy marks session busy for ttl and finishes a job there: its
+// resume is held, not sent.
+func (b *testBundle) heldWhileBusy(t *testing.T, rr *recordingResumer, session, text string, ttl time.Duration) *bgjobs.Job {
+	t.Helper()
+	require.NoError(t, b.m.Busy(context.Background(), "alpha", session, ttl))
+	j := b.spawn(t, echoSpawn(session, text, 0, false))
+	b.waitStatus(t, j.ID, bgjobs.StatusCompleted, 10*time.Second)
+	time.Sleep(300 * time.Millisecond)
+	require.Empty(t, rr.all(), "held while busy")
+	return j
+}
+
 func TestResumeOnCompletion(t *testing.T) {
 	t.Parallel()
 	b, rr := setupResuming(t)
@@ -323,11 +335,7 @@ func TestBusyLeaseLapseSendsOne(t *testing.T) {
 	b, rr := setupResuming(t)
 	b.startWorker(t)
 	ctx := context.Background()
-	require.NoError(t, b.m.Busy(ctx, "alpha", "chat-1", 2*time.Second))
-	j := b.spawn(t, echoSpawn("chat-1", "a", 0, false))
-	b.waitStatus(t, j.ID, bgjobs.StatusCompleted, 10*time.Second)
-	time.Sleep(300 * time.Millisecond)
-	require.Empty(t, rr.all())
+	b.heldWhileBusy(t, rr, "chat-1", "a", 2*time.Second)
 	// No client call: the lease lapses and its timer sends the nudge.
 	testenv.Eventually(t, 10*time.Second, "the lapse resume", func() bool { return len(rr.all()) == 1 })
 	time.Sleep(1500 * time.Millisecond)
@@ -347,10 +355,7 @@ func TestHeldThroughHoursOfBusyIsDeliveredOnce(t *testing.T) {
 	clock := time.Now()
 	b.now.Store(&clock)
 
-	require.NoError(t, b.m.Busy(ctx, "alpha", "chat-h", time.Hour))
-	j := b.spawn(t, echoSpawn("chat-h", "unread", 0, false))
-	b.waitStatus(t, j.ID, bgjobs.StatusCompleted, 10*time.Second)
-	time.Sleep(300 * time.Millisecond)
+	b.heldWhileBusy(t, rr, "chat-h", "unread", time.Hour)
 	// Five hours pass; the agent keeps renewing its lease, turn after turn.
 	for h := 1; h <= 5; h++ {
 		later := clock.Add(time.Duration(h) * time.Hour)
@@ -679,11 +684,7 @@ func TestAnEarlyLapseTimerComesBack(t *testing.T) {
 	ctx := context.Background()
 	clock := time.Now()
 	b.now.Store(&clock)
-	require.NoError(t, b.m.Busy(ctx, "alpha", "chat-l", time.Hour))
-	j := b.spawn(t, echoSpawn("chat-l", "held", 0, false))
-	b.waitStatus(t, j.ID, bgjobs.StatusCompleted, 10*time.Second)
-	time.Sleep(300 * time.Millisecond)
-	require.Empty(t, rr.all(), "held while busy")
+	b.heldWhileBusy(t, rr, "chat-l", "held", time.Hour)
 
 	lapse := func() error {
 		p, err := json.Marshal(engine.ControlPayload{Agent: "alpha", Session: "chat-l", Until: clock.Add(time.Hour).UnixMilli()})

@@ -40,26 +40,25 @@ func meter(ctx context.Context, rdb redis.UniversalClient) func(jobs int) cost {
 
 // redisCPU is the server's own CPU time (INFO cpu).
 func redisCPU(ctx context.Context, rdb redis.UniversalClient) time.Duration {
-	var total float64
-	eachServer(ctx, rdb, "cpu", func(field, value string) {
-		if field == "used_cpu_sys" || field == "used_cpu_user" {
-			v, _ := strconv.ParseFloat(value, 64)
-			total += v
-		}
-	})
-	return time.Duration(total * float64(time.Second))
+	f, _ := infoFields(ctx, rdb, "cpu")
+	sys, _ := strconv.ParseFloat(f["used_cpu_sys"], 64)
+	user, _ := strconv.ParseFloat(f["used_cpu_user"], 64)
+	return time.Duration((sys + user) * float64(time.Second))
 }
 
-func eachServer(ctx context.Context, rdb redis.UniversalClient, section string, fn func(field, value string)) {
+// infoFields is one section of the server's INFO, field by field.
+func infoFields(ctx context.Context, rdb redis.UniversalClient, section string) (map[string]string, error) {
 	info, err := rdb.Info(ctx, section).Result()
 	if err != nil {
-		return
+		return nil, err
 	}
+	fields := map[string]string{}
 	for line := range strings.SplitSeq(info, "\n") {
 		if k, v, ok := strings.Cut(strings.TrimSpace(line), ":"); ok {
-			fn(k, v)
+			fields[k] = v
 		}
 	}
+	return fields, nil
 }
 
 // medianCost is the median of each figure over the rounds.

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"io"
 	"strconv"
-	"strings"
 	"syscall"
 	"time"
 
@@ -74,16 +73,15 @@ func Idle(ctx context.Context, o Options, out io.Writer) error {
 
 // commandsProcessed is the server's total_commands_processed.
 func commandsProcessed(ctx context.Context, rdb redis.UniversalClient) (int64, error) {
-	info, err := rdb.Info(ctx, "stats").Result()
+	f, err := infoFields(ctx, rdb, "stats")
 	if err != nil {
 		return 0, err
 	}
-	for line := range strings.SplitSeq(info, "\n") {
-		if v, ok := strings.CutPrefix(strings.TrimSpace(line), "total_commands_processed:"); ok {
-			return strconv.ParseInt(v, 10, 64)
-		}
+	v, ok := f["total_commands_processed"]
+	if !ok {
+		return 0, fmt.Errorf("no total_commands_processed in INFO stats")
 	}
-	return 0, fmt.Errorf("no total_commands_processed in INFO stats")
+	return strconv.ParseInt(v, 10, 64)
 }
 
 // processCPU is the user and system time this process has used.

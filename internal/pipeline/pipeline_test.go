@@ -312,11 +312,11 @@ func TestAWakeUpReleasesOneFetch(t *testing.T) {
 		}
 		for {
 			time.Sleep(time.Second)
-			if m := rec.fetches(); m == n {
+			m := rec.fetches()
+			if m == n {
 				return n
-			} else {
-				n = m
 			}
+			n = m
 		}
 	}
 	remote, local := asynq.NewClientFromRedisClient(other.AsynqClient()), asynq.NewClientFromRedisClient(w.AsynqClient())

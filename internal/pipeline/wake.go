@@ -151,14 +151,7 @@ func (c asynqClient) fetch(ctx context.Context, pending string, s script) *redis
 	k := &c.w.waker
 	ch, wait := k.hold(pending)
 	cmd := s(ctx, c.UniversalClient)
-	if ch == nil {
-		return cmd
-	}
-	if cmd.Err() != redis.Nil {
-		k.leave(pending, ch)
-		if cmd.Err() == nil {
-			k.wake(pending)
-		}
+	if ch == nil || k.answered(pending, ch, cmd) {
 		return cmd
 	}
 	t := time.NewTimer(wait)
@@ -169,11 +162,7 @@ func (c asynqClient) fetch(ctx context.Context, pending string, s script) *redis
 			if ch, _ = k.hold(pending); ch == nil {
 				return cmd // the worker stops: no new task
 			}
-			if cmd = s(ctx, c.UniversalClient); cmd.Err() != redis.Nil {
-				k.leave(pending, ch)
-				if cmd.Err() == nil {
-					k.wake(pending)
-				}
+			if cmd = s(ctx, c.UniversalClient); k.answered(pending, ch, cmd) {
 				return cmd
 			}
 		case <-t.C:
@@ -181,6 +170,20 @@ func (c asynqClient) fetch(ctx context.Context, pending string, s script) *redis
 			return cmd
 		}
 	}
+}
+
+// answered ends the wait of a fetch whose dequeue did not come back empty:
+// it stops waiting, and if it got a task, the next held fetch of the queue
+// is woken, since more may wait.
+func (k *waker) answered(pending string, ch chan struct{}, cmd *redis.Cmd) bool {
+	if cmd.Err() == redis.Nil {
+		return false
+	}
+	k.leave(pending, ch)
+	if cmd.Err() == nil {
+		k.wake(pending)
+	}
+	return true
 }
 
 // fills names the pending list an asynq script puts tasks in, if any:
