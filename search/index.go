@@ -15,6 +15,7 @@ import (
 	"github.com/blevesearch/bleve/v2"
 	"github.com/blevesearch/bleve/v2/search"
 	"github.com/blevesearch/bleve/v2/search/query"
+	zapx "github.com/blevesearch/zapx/v17"
 
 	"github.com/bgjobs/bgjobs"
 )
@@ -88,6 +89,16 @@ func runtimeConfig() map[string]any {
 
 // persistNap is how long the index's persister waits between flushes.
 const persistNap = 2 * time.Second
+
+// zapx sizes a new segment's buffer for the batch plus a hundred documents
+// (its NewSegmentBufferNumResultsBump), in memory it allocates and clears.
+// For the batches of ten or twenty that callers waiting on their text make,
+// that is five to ten times the segment, and clearing it took an eighth of
+// the CPU of POST /v1/knowledge from 32 clients; sized for the batch plus
+// two, that rate rose by a third or more (1,070–1,370 → 1,600–2,060 docs/s
+// in alternating runs). A segment bigger than the estimate grows its
+// buffer as it writes.
+func init() { zapx.NewSegmentBufferNumResultsBump = 2 }
 
 func open(dir string, log *slog.Logger) (x *Index, rebuilt bool, err error) {
 	path := filepath.Join(dir, "index.bleve")
