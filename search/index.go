@@ -370,6 +370,17 @@ func (x *Index) Count() (uint64, error) {
 	return x.idx.DocCount()
 }
 
+// Settling reports that bleve is still merging or persisting what was
+// indexed: searches meanwhile share the machine with that work and read
+// more segments.
+func (x *Index) Settling() bool {
+	x.mu.RLock()
+	defer x.mu.RUnlock()
+	stats, _ := x.idx.StatsMap()["index"].(map[string]any)
+	busy, _ := stats["index_bgthreads_active"].(bool)
+	return busy
+}
+
 // SearchRaw runs a bleve request on the index as it is, for the bench to
 // measure bleve itself beside Recall.
 func (x *Index) SearchRaw(ctx context.Context, req *bleve.SearchRequest) (*bleve.SearchResult, error) {
