@@ -61,9 +61,13 @@ func newMapping() mapping.IndexMapping {
 	date := bleve.NewDateTimeFieldMapping()
 	flag := bleve.NewBooleanFieldMapping()
 	// Recall names its fields; nothing queries the composite _all field,
-	// so indexing into it is wasted work and disk.
+	// so indexing into it is wasted work and disk. Doc values serve sorting
+	// and facets, which recall does not ask for (it ranks by score):
+	// without them small batches indexed 0–14 % faster (about 7 % at the
+	// median over four alternating pairs).
 	for _, f := range []*mapping.FieldMapping{kw, text, num, date, flag} {
 		f.IncludeInAll = false
+		f.DocValues = false
 	}
 
 	dm := bleve.NewDocumentStaticMapping()
