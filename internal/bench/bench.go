@@ -100,8 +100,7 @@ func Run(ctx context.Context, o Options, out io.Writer) error {
 	}
 	rate := make([]float64, len(phases))
 	for i, p := range phases {
-		slices.Sort(p.took)
-		med := p.took[len(p.took)/2]
+		med := median(p.took)
 		rate[i] = float64(o.Jobs) / med.Seconds()
 		fmt.Fprintf(out, "%-58s %9.0f jobs/s  (%.2fs)\n", p.label, rate[i], med.Seconds())
 	}

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"slices"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -90,8 +89,7 @@ func Cluster(ctx context.Context, o Options, out io.Writer) error {
 		}
 	}
 	rate := func(ds []time.Duration) float64 {
-		slices.Sort(ds)
-		return float64(o.Jobs) / ds[len(ds)/2].Seconds()
+		return float64(o.Jobs) / median(ds).Seconds()
 	}
 	fmt.Fprintf(out, "cluster (3 masters) vs one redis-server, both private on this machine, %d jobs over %d sessions, median of %d rounds:\n",
 		o.Jobs, clusterSessions, o.Rounds)

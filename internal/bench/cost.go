@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -71,8 +70,7 @@ func medianCost(cs []cost) cost {
 		for i, c := range cs {
 			v[i] = f(c)
 		}
-		slices.Sort(v)
-		return v[len(v)/2]
+		return median(v)
 	}
 	return cost{
 		process:  time.Duration(med(func(c cost) float64 { return float64(c.process) })),

@@ -2,6 +2,7 @@ package bench
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -73,8 +74,10 @@ func Joins(ctx context.Context, o Options, rdb redis.UniversalClient, redisURL s
 	return nil
 }
 
-func median(ds []time.Duration) time.Duration {
-	s := slices.Clone(ds)
+// median is the middle of v (the upper of the two middles of an even
+// count), v left as it was.
+func median[T cmp.Ordered](v []T) T {
+	s := slices.Clone(v)
 	slices.Sort(s)
 	return s[len(s)/2]
 }

@@ -9,7 +9,6 @@ import (
 	"math/rand/v2"
 	"net/http"
 	"os"
-	"slices"
 	"strings"
 	"time"
 
@@ -85,10 +84,7 @@ func Knowledge(ctx context.Context, rdb redis.UniversalClient, o Options, out io
 		}
 		stream = append(stream, rate)
 	}
-	med := func(v []float64) float64 {
-		slices.Sort(v)
-		return v[len(v)/2]
-	}
+	med := median[float64]
 	fmt.Fprintf(out, "\nknowledge indexing, %d texts of ~2 KB, median of %d rounds\n", len(docs), o.Rounds)
 	fmt.Fprintf(out, "  bleve, batches of 1,000, bgjobs' mapping           %6.0f docs/s\n", med(raw))
 	fmt.Fprintf(out, "  reports stream → search writer (a burst of reports)  %6.0f docs/s   ratio %.2f (goal ≥ 0.80)\n", med(stream), med(stream)/med(raw))
