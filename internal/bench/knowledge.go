@@ -70,8 +70,9 @@ func Knowledge(ctx context.Context, rdb redis.UniversalClient, o Options, out io
 		docs[i] = recall.Doc(r, i, filler)
 	}
 	var raw, api, busy, stream []float64
-	// Each answer waits for its text's batch, so o.Clients measures a
-	// latency-bound load; four times as many keep the index busy.
+	// Each answer waits for its text's batch, so with o.Clients the rate
+	// is bound by that wait; four times as many show what the index takes
+	// when enough texts arrive at once.
 	many := o
 	many.Clients = 4 * o.Clients
 	for range o.Rounds {
