@@ -10,9 +10,9 @@ import (
 
 // The asynq interception. asynq runs every queue operation as a Lua script
 // (EVALSHA) on the client it is given. AsynqClient hands it a client whose
-// scripts (enqueue, done, retry, …) share the writer's pipelines instead of
-// taking a round trip each; only the fetch, which one loop repeats back to
-// back, goes straight out. Both depend on recognising asynq's scripts by
+// scripts (enqueue, dequeue, done, retry, …) share the writer's pipelines
+// instead of taking a round trip each; the dequeue is also held while its
+// queue is empty (wake.go). Both depend on recognising asynq's scripts by
 // their keys: the tests in this package fail if the pinned asynq's enqueue
 // or dequeue stop being recognised.
 

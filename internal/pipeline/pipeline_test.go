@@ -75,7 +75,7 @@ func (r *recorder) snapshot() (alone, piped [][]string) {
 // The fence around the asynq interception, against the pinned asynq: its
 // enqueue goes out in the writer's pipeline right after a lead's commands
 // (so a spawn's row is written before its task can be fetched), and its
-// dequeue is recognised and goes out alone. If a new asynq changes either
+// dequeue is recognised, so that an empty one can be held. If a new asynq changes either
 // script's shape, this test fails before production does.
 func TestAsynqScriptsAreRecognised(t *testing.T) {
 	t.Parallel()
@@ -117,10 +117,7 @@ func TestAsynqScriptsAreRecognised(t *testing.T) {
 	case <-time.After(20 * time.Second):
 		t.Fatal("the task never ran")
 	}
-	alone, piped := rec.snapshot()
-	require.True(t, slices.ContainsFunc(alone, pipeline.IsFetch), "the dequeue went out alone, recognised as a fetch")
-	require.False(t, slices.ContainsFunc(piped, func(c []string) bool { return c[0] == "evalsha" && pipeline.IsFetch(c[1:]) }),
-		"no fetch was held in a shared pipeline")
+	require.Positive(t, rec.fetches(), "the dequeue was recognised as a fetch")
 }
 
 // Stop sends what Add queued, and Do after Stop fails rather than hangs.
@@ -160,10 +157,21 @@ func twoProcesses(t *testing.T) (env *testenv.Env, w *pipeline.Writer, rec *reco
 	return env, w, rec, other
 }
 
-// fetches counts the dequeues sent so far.
+// fetches counts the dequeues sent so far, alone or in a shared pipeline.
 func (r *recorder) fetches() int {
-	alone, _ := r.snapshot()
-	return len(slices.DeleteFunc(alone, func(keys []string) bool { return !pipeline.IsFetch(keys) }))
+	alone, piped := r.snapshot()
+	n := 0
+	for _, keys := range alone {
+		if pipeline.IsFetch(keys) {
+			n++
+		}
+	}
+	for _, c := range piped {
+		if c[0] == "evalsha" && pipeline.IsFetch(c[1:]) {
+			n++
+		}
+	}
+	return n
 }
 
 // Fetch waits, against the pinned asynq: an idle server's fetch loop is

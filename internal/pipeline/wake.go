@@ -2,6 +2,7 @@ package pipeline
 
 import (
 	"context"
+	"errors"
 	"slices"
 	"strings"
 	"sync"
@@ -150,7 +151,7 @@ func (w *Writer) listen(ctx context.Context, ps *redis.PubSub, done chan struct{
 func (c asynqClient) fetch(ctx context.Context, pending string, s script) *redis.Cmd {
 	k := &c.w.waker
 	ch, wait := k.hold(pending)
-	cmd := s(ctx, c.UniversalClient)
+	cmd := c.dequeue(ctx, s)
 	if ch == nil || k.answered(pending, ch, cmd) {
 		return cmd
 	}
@@ -162,7 +163,7 @@ func (c asynqClient) fetch(ctx context.Context, pending string, s script) *redis
 			if ch, _ = k.hold(pending); ch == nil {
 				return cmd // the worker stops: no new task
 			}
-			if cmd = s(ctx, c.UniversalClient); k.answered(pending, ch, cmd) {
+			if cmd = c.dequeue(ctx, s); k.answered(pending, ch, cmd) {
 				return cmd
 			}
 		case <-t.C:
@@ -170,6 +171,29 @@ func (c asynqClient) fetch(ctx context.Context, pending string, s script) *redis
 			return cmd
 		}
 	}
+}
+
+// dequeue sends one dequeue, in the writer's shared pipelines: a worker's
+// fetch loops each take a round trip per task otherwise, and under load
+// those round trips were the largest share of both this process's and
+// Redis's CPU per job. Two cases go out alone: with replicas asked for,
+// since the WAIT that ends a shared pipeline would fail a dequeue that had
+// already moved its task to active (the task would sit there until its
+// lease ran out); and once the writer has stopped, since asynq retries a
+// failed dequeue at once, without its check interval's sleep.
+func (c asynqClient) dequeue(ctx context.Context, s script) *redis.Cmd {
+	if c.w.replicas > 0 {
+		return s(ctx, c.UniversalClient)
+	}
+	var cmd *redis.Cmd
+	err := c.w.Do(ctx, func(ctx context.Context, p redis.Pipeliner) { cmd = s(ctx, p) })
+	switch {
+	case errors.Is(err, ErrStopped):
+		return s(ctx, c.UniversalClient)
+	case err != nil:
+		return ErrCmd(ctx, err)
+	}
+	return cmd
 }
 
 // answered ends the wait of a fetch whose dequeue did not come back empty:
