@@ -152,18 +152,13 @@ func (e *Engine) EnqueueResume(ctx context.Context, taskID string, p ResumePaylo
 		asynq.Queue(e.Queue(QueueResume)), asynq.MaxRetry(e.ResumeRetries), asynq.Retention(ResumeRetention), asynq.ProcessIn(after))))
 }
 
-// ArmTimer queues a control task (straggler, lapse) to run after a delay,
+// ArmTimer queues a control task (a busy lease's lapse) to run after a delay,
 // once per task id.
 func (e *Engine) ArmTimer(ctx context.Context, typ, taskID string, p ControlPayload, after time.Duration) error {
 	payload, _ := json.Marshal(p)
 	return once(e.aq.EnqueueContext(ctx, asynq.NewTask(typ, payload, asynq.TaskID(taskID),
 		asynq.Queue(e.Queue(QueueControl)), asynq.ProcessIn(after), asynq.MaxRetry(TimerMaxRetry))))
 }
-
-// DisarmTimer removes a control timer that has not fired yet, if it is
-// there: what it would have done is done. A timer already running is left
-// to find that out itself.
-func (e *Engine) DisarmTimer(taskID string) { _ = e.insp.DeleteTask(e.Queue(QueueControl), taskID) }
 
 // once treats a task id that is already taken as done: the task was
 // queued before.

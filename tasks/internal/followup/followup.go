@@ -10,6 +10,7 @@ import (
 	"context"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/bgjobs/bgjobs"
@@ -74,6 +75,9 @@ type Followups struct {
 	// ends their retries at Stop.
 	persisting sync.WaitGroup
 	quit       chan struct{}
+	// stragglerDue is when the earliest straggler timeout this process
+	// knows of is due (unix ms; 0: none).
+	stragglerDue atomic.Int64
 }
 
 // New returns follow-ups; Start runs their timers.

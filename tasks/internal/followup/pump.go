@@ -14,7 +14,6 @@ import (
 	"github.com/bgjobs/bgjobs"
 	"github.com/bgjobs/bgjobs/metrics"
 	"github.com/bgjobs/bgjobs/search"
-	"github.com/bgjobs/bgjobs/tasks/internal/engine"
 	"github.com/bgjobs/bgjobs/tasks/internal/registry"
 )
 
@@ -175,9 +174,9 @@ func (f *Followups) join(ctx context.Context, tag string, e registry.Entry) erro
 	}
 	agent, session := bgjobs.SplitTag(tag)
 	if !b.Partial {
-		// Joined in full: its straggler timer would fire a join timeout
-		// later only to find the claim taken. (A partial join is that timer.)
-		f.eng.DisarmTimer(stragglerID(b.ID))
+		// Joined in full: its straggler timeout would find the claim taken.
+		// (A partial join is that timeout.)
+		f.store.DisarmStraggler(tag, b.ID)
 	}
 	metrics.BatchJoins.WithLabelValues(strconv.FormatBool(b.Partial)).Inc()
 	f.feeds.Publish(bgjobs.Event{Type: bgjobs.EventBatchJoined, BatchID: b.ID, Agent: agent, OriginSession: session,
@@ -190,21 +189,17 @@ func (f *Followups) join(ctx context.Context, tag string, e registry.Entry) erro
 	return f.enqueueResume(ctx, tag, "resume:"+b.ID, "resume-"+b.ID, meta)
 }
 
-// armStraggler: the batch's first member settled; its straggler timer
-// starts.
+// armStraggler: the batch's first member settled; its straggler timeout
+// starts. A batch whose members all ended at once may have joined already:
+// its timeout, found due, does nothing.
 func (f *Followups) armStraggler(ctx context.Context, tag string, e registry.Entry) error {
-	// A batch whose members all ended at once has joined by now: it needs
-	// no timer (and its join found none to disarm).
-	if joined, err := f.store.Joined(ctx, tag, e.Ref); err != nil || joined {
+	due := f.now().Add(f.cfg.BatchJoinTimeout)
+	if err := f.store.ArmStraggler(ctx, tag, e.Ref, due); err != nil {
 		return err
 	}
-	agent, session := bgjobs.SplitTag(tag)
-	return f.eng.ArmTimer(ctx, engine.TypeStraggler, stragglerID(e.Ref),
-		engine.ControlPayload{Agent: agent, Session: session, BatchID: e.Ref}, f.cfg.BatchJoinTimeout)
+	f.expectStraggler(due)
+	return nil
 }
-
-// stragglerID is the task id of a batch's straggler timer.
-func stragglerID(batchID string) string { return "straggler:" + batchID }
 
 // index: a turn's report goes to the reports stream.
 func (f *Followups) index(ctx context.Context, tag string, e registry.Entry) error {

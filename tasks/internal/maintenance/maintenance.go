@@ -42,6 +42,10 @@ const (
 	// worker left: a lease expires 30 s after its worker's last heartbeat,
 	// so a dead worker's tasks run again within about 35 s.
 	OrphanInterval = 5 * time.Second
+	// stragglerTick is how often every process checks whether a straggler
+	// timeout it knows of is due (in memory: Redis is read only then), as
+	// often as asynq moved due timers into their queue.
+	stragglerTick = 2 * time.Second
 )
 
 // Deps are what the sweeps run with.
@@ -53,8 +57,11 @@ type Deps struct {
 	Followups *followup.Followups
 	// Interval between sweeps.
 	Interval time.Duration
-	Now      func() time.Time
-	Log      *slog.Logger
+	// BatchJoinTimeout is the straggler timeout: a short one is checked
+	// for more often than stragglerTick.
+	BatchJoinTimeout time.Duration
+	Now              func() time.Time
+	Log              *slog.Logger
 }
 
 // Maintainer runs the sweeps every Interval while it holds the
@@ -90,6 +97,23 @@ func (m *Maintainer) Start(ctx context.Context) error {
 					m.Log.Warn("recover orphaned tasks", slog.Any("err", err))
 				} else if n > 0 {
 					m.Log.Warn("tasks of a dead worker re-queued", slog.Int("tasks", n))
+				}
+			}
+		}
+	})
+	m.wg.Go(func() {
+		tick := time.NewTicker(min(stragglerTick, max(m.BatchJoinTimeout/4, 10*time.Millisecond)))
+		defer tick.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-tick.C:
+				if !m.Followups.StragglerDue() {
+					continue
+				}
+				if err := m.Followups.SweepStragglers(ctx); err != nil && ctx.Err() == nil {
+					m.Log.Warn("straggler sweep", slog.Any("err", err))
 				}
 			}
 		}
@@ -149,6 +173,10 @@ func (m *Maintainer) Sweep(ctx context.Context) (int, error) {
 	}
 	if err := m.Followups.SweepOutboxes(ctx); err != nil {
 		m.Log.Warn("outbox sweep", slog.Any("err", err))
+	}
+	// Timeouts armed by a process that has stopped since.
+	if err := m.Followups.SweepStragglers(ctx); err != nil && ctx.Err() == nil {
+		m.Log.Warn("straggler sweep", slog.Any("err", err))
 	}
 	if _, err := m.Store.SweepIndex(ctx, indexPages, indexPageSize); err != nil && ctx.Err() == nil {
 		m.Log.Warn("index sweep", slog.Any("err", err))

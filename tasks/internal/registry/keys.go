@@ -30,6 +30,7 @@ import (
 //	<ns>:{<agent>/<session>}:inflight     string a resume of this session is being delivered (PX)
 //	<ns>:{<agent>/<session>}:sent:<m>     string resume message m was delivered (24 h)
 //	<ns>:batchidx                         hash   batch id → tag
+//	<ns>:stragglers                       zset   "<batch id>|<tag>" of batches waiting to join → straggler due ms
 //	<ns>:jobidx                           hash   job id → tag (lookup by id)
 //	<ns>:jobidx:cursor                    string where the index sweep's HSCAN of jobidx resumes
 //	<ns>:active                           zset   job ids not yet terminal, for the reconciler (score = created_at ms)
@@ -64,6 +65,7 @@ func (k Keys) batch(tag, id string) string        { return k.session(tag) + ":ba
 func (k Keys) batchClaim(tag, id string) string   { return k.batch(tag, id) + ":claim" }
 func (k Keys) batchJobs(tag, id string) string    { return k.batch(tag, id) + ":jobs" }
 func (k Keys) batchIndex() string                 { return k.NS + ":batchidx" }
+func (k Keys) stragglers() string                 { return k.NS + ":stragglers" }
 func (k Keys) turnBatch(tag, turn string) string  { return k.session(tag) + ":turn:" + Digest(turn) }
 func (k Keys) openTurns(tag string) string        { return k.session(tag) + ":turns" }
 func (k Keys) Reports() string                    { return k.NS + ":reports" }

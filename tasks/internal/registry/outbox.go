@@ -19,8 +19,8 @@ import (
 //	                              releaseWaitCmd (a waiter let go)
 //	EntryWaited    job id         settleCmd, a caller waits        announce, once the waiter let go
 //	EntryJoin      batch id       settleCmd (last member),         join: batch.joined event, one resume
-//	                              forceJoinCmd (straggler timer)    with per-status counts
-//	EntryStraggler batch id       settleCmd (first member)         arm the batch's straggler timer
+//	                              forceJoinCmd (straggler timeout) with per-status counts
+//	EntryStraggler batch id       settleCmd (first member)         arm the batch's straggler timeout
 //	EntryIndex     job id         settleCmd (a report to index)    append the report to the reports stream
 //	EntryMerged    id,id,…        stormFlushCmd (window closed)    one merged resume for the listed jobs
 //	EntryFold      trigger        idleCmd (busy session idles      one coalesced resume of what is

@@ -214,9 +214,10 @@ return {1}
 // ARGV[1] -> batch id
 // ARGV[2] -> now (ms)
 //
-// Returns 1 if this call joined the batch (partially), 0 if it had joined.
-// The outbox entry it records is j|<batch id>.
+// Returns 1 if this call joined the batch (partially), 0 if it had joined
+// or is gone. The outbox entry it records is j|<batch id>.
 var forceJoinCmd = redis.NewScript(`
+if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
 if not redis.call('SET', KEYS[2], 'partial', 'NX') then return 0 end
 redis.call('HSET', KEYS[1], 'joined_at', ARGV[2], 'partial', '1')
 redis.call('ZADD', KEYS[3], ARGV[2], 'j|' .. ARGV[1])
