@@ -21,8 +21,9 @@ import (
 // stream from the index's checkpoint and applies entries in batches. A
 // batch is whatever arrived while the last one was applied (group commit):
 // under load batches grow by themselves, and a lone entry is applied at
-// once — waiting to fill a batch only delayed callers that wait for their
-// entry (POST /v1/knowledge).
+// once — waiting to fill a batch would only delay callers that wait for
+// their entry (POST /v1/knowledge). The one wait is Linger's, for callers
+// a batch just released.
 type Writer struct {
 	// RDB is the Redis the stream lives on.
 	RDB redis.UniversalClient
@@ -94,14 +95,30 @@ func (w *Writer) WaitFor(ctx context.Context, id string) error {
 	}
 }
 
+// Linger is how long the writer waits for more entries when a read finds
+// fewer than the batch it last applied. Callers that wait for their entry
+// (POST /v1/knowledge) send their next one only once that batch is applied:
+// read at once, the next batch holds the few that came meanwhile and the
+// rest follow in another, so batches split and each pays bleve's cost per
+// batch again. A lone caller never waits (its last batch was one entry),
+// nor does a burst (the read fills BatchMax).
+const Linger = time.Millisecond
+
 func (w *Writer) loop(ctx context.Context, from string) {
 	lastBeat := time.Time{}
+	lastBatch := 0
 	for ctx.Err() == nil {
 		if time.Since(lastBeat) > AliveTTL/3 {
 			w.RDB.Set(ctx, w.AliveKey, "1", AliveTTL)
 			lastBeat = time.Now()
 		}
-		msgs, err := w.read(ctx, from, time.Second)
+		msgs, err := w.read(ctx, from, w.BatchMax, time.Second)
+		if err == nil && len(msgs) > 0 && len(msgs) < min(lastBatch, w.BatchMax) {
+			sleep(ctx, Linger)
+			var more []redis.XMessage
+			more, err = w.read(ctx, msgs[len(msgs)-1].ID, w.BatchMax-len(msgs), -1)
+			msgs = append(msgs, more...)
+		}
 		if err != nil {
 			if ctx.Err() == nil {
 				w.Log.Warn("reports stream", slog.Any("err", err))
@@ -123,7 +140,7 @@ func (w *Writer) loop(ctx context.Context, from string) {
 			sleep(ctx, time.Second)
 			continue // the checkpoint did not move: the same entries again
 		}
-		from = last
+		from, lastBatch = last, len(msgs)
 		w.mu.Lock()
 		w.applied = last
 		close(w.changed)
@@ -135,10 +152,10 @@ func (w *Writer) loop(ctx context.Context, from string) {
 	}
 }
 
-// read returns up to BatchMax entries after from, waiting up to block for
-// the first.
-func (w *Writer) read(ctx context.Context, from string, block time.Duration) ([]redis.XMessage, error) {
-	res, err := w.RDB.XRead(ctx, &redis.XReadArgs{Streams: []string{w.Stream, from}, Count: int64(w.BatchMax), Block: block}).Result()
+// read returns up to count entries after from, waiting up to block for
+// the first (a negative block does not wait).
+func (w *Writer) read(ctx context.Context, from string, count int, block time.Duration) ([]redis.XMessage, error) {
+	res, err := w.RDB.XRead(ctx, &redis.XReadArgs{Streams: []string{w.Stream, from}, Count: int64(count), Block: block}).Result()
 	if errors.Is(err, redis.Nil) {
 		return nil, nil
 	}
@@ -209,7 +226,7 @@ func Rebuild(ctx context.Context, dir string, rdb redis.UniversalClient, stream 
 	w := &Writer{RDB: rdb, Stream: stream, Index: x, Log: log, BatchMax: 500}
 	from := StreamStart
 	for {
-		msgs, err := w.read(ctx, from, -1)
+		msgs, err := w.read(ctx, from, w.BatchMax, -1)
 		if err != nil {
 			return 0, err
 		}

@@ -45,10 +45,9 @@ func (s *Store) Queue(e bgjobs.Event) pipeline.Op {
 	e.Error = bgjobs.CutRunes(e.Error, bgjobs.EventTextChars)
 	e.Text = bgjobs.CutRunes(e.Text, bgjobs.EventTextChars)
 	data, _ := json.Marshal(e) // an Event always marshals
-	stream := s.k.EventStream(e.Agent)
-	return func(ctx context.Context, p redis.Pipeliner) {
-		p.XAdd(ctx, &redis.XAddArgs{Stream: stream, MaxLen: EventStreamLen, Approx: true, Values: map[string]any{"type": e.Type, "data": data}})
-	}
+	// The op holds the encoded entry alone, not the event it came from.
+	args := &redis.XAddArgs{Stream: s.k.EventStream(e.Agent), MaxLen: EventStreamLen, Approx: true, Values: []any{"type", e.Type, "data", data}}
+	return func(ctx context.Context, p redis.Pipeliner) { p.XAdd(ctx, args) }
 }
 
 // ReadEvents returns the events of the agents' streams after the given ids
