@@ -297,6 +297,16 @@ func TestStragglerOfAStoppedProcessJoins(t *testing.T) {
 	require.NoError(t, err)
 	_, err = b.m.GetBatch(ctx, "alpha", "bt-00000000dead")
 	require.Equal(t, bgjobs.ENotFound, bgjobs.ErrorCode(err))
+	// More due at once than a sweep's page: one sweep keeps them all, each
+	// once, and leaves none behind.
+	for i := range 250 {
+		require.NoError(t, b.m.store.ArmStraggler(ctx, tag, fmt.Sprintf("bt-%012x", i), time.Now().Add(-time.Second)))
+	}
+	_, err = b.m.Reconcile(ctx)
+	require.NoError(t, err)
+	due, _, err = b.m.store.DueStragglers(ctx, time.Now().Add(24*time.Hour), 1000)
+	require.NoError(t, err)
+	require.Empty(t, due)
 }
 
 // Straggler: a 2 s timeout, one member 10 s late. A partial join fires at

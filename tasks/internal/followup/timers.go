@@ -55,12 +55,16 @@ func (f *Followups) SweepStragglers(ctx context.Context) error {
 			f.expectStraggler(now) // look again at the next tick
 			return err
 		}
-		for _, s := range due {
+		for i, s := range due {
 			if err := f.forceJoin(ctx, s.Tag, s.BatchID); err != nil {
 				f.expectStraggler(now)
+				_ = f.store.DropStragglers(ctx, due[:i])
 				return err
 			}
-			f.store.DisarmStraggler(s.Tag, s.BatchID)
+		}
+		if err := f.store.DropStragglers(ctx, due); err != nil {
+			f.expectStraggler(now)
+			return err
 		}
 		if len(due) < stragglerSweep {
 			if !next.IsZero() {

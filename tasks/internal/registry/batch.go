@@ -115,6 +115,24 @@ func (s *Store) DisarmStraggler(tag, id string) {
 	s.later(func(ctx context.Context, p redis.Pipeliner) { p.ZRem(ctx, s.k.stragglers(), stragglerMember(tag, id)) })
 }
 
+// DropStragglers drops timeouts a sweep has handled, waited, so the
+// sweep's next page starts past them.
+func (s *Store) DropStragglers(ctx context.Context, done []Straggler) error {
+	if len(done) == 0 {
+		return nil
+	}
+	members := make([]any, len(done))
+	for i, st := range done {
+		members[i] = stragglerMember(st.Tag, st.BatchID)
+	}
+	var n *redis.IntCmd
+	err := s.do(ctx, func(ctx context.Context, p redis.Pipeliner) { n = p.ZRem(ctx, s.k.stragglers(), members...) })
+	if err == nil {
+		err = n.Err()
+	}
+	return unavailable("drop stragglers", err)
+}
+
 // DueStragglers returns up to limit batches whose straggler timeout is due
 // at now, and the earliest due time after now (zero when none is armed).
 func (s *Store) DueStragglers(ctx context.Context, now time.Time, limit int64) ([]Straggler, time.Time, error) {
