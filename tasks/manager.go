@@ -31,6 +31,7 @@ import (
 	"github.com/bgjobs/bgjobs/tasks/internal/registry/feeds"
 	"github.com/bgjobs/bgjobs/tasks/internal/registry/handover"
 	"github.com/bgjobs/bgjobs/tasks/internal/registry/reclaim"
+	"github.com/bgjobs/bgjobs/tasks/internal/registry/stragglers"
 	"github.com/bgjobs/bgjobs/tasks/internal/registry/tenants"
 	"github.com/bgjobs/bgjobs/tasks/internal/registry/turncap"
 	"github.com/bgjobs/bgjobs/tasks/internal/registry/wake"
@@ -72,6 +73,7 @@ type Manager struct {
 	agentAllow netguard.Allow
 	turns      bgjobs.TurnRunner
 	turnCap    *turncap.Cap
+	stragglers *stragglers.Set
 	now        func() time.Time
 	log        *slog.Logger
 }
@@ -96,11 +98,12 @@ func NewManager(rdb redis.UniversalClient, cfg bgjobs.Config, d Deps) *Manager {
 	store := registry.New(rdb, w, cfg.Namespace, cfg.Retention)
 	streams := feeds.New(rdb, w, store.Keys())
 	agents := tenants.New(rdb, store.Keys())
+	strag := stragglers.New(w, store.Keys())
 	eng := engine.New(asynq.NewClientFromRedisClient(w.AsynqClient()), asynq.NewInspectorFromRedisClient(rdb), cfg.Namespace, cfg.RunTimeout, cfg.ResumeRetries)
 	follow := followup.New(followup.Config{NoAutoResume: cfg.NoAutoResume, ResumeCoalesce: cfg.ResumeCoalesce, ResumeCoalesceMax: cfg.ResumeCoalesceMax,
 		BatchJoinTimeout: cfg.BatchJoinTimeout, SummaryChars: cfg.SummaryChars,
 		ResumeAgainInterval: cfg.ResumeAgainInterval, ResumeAgainMax: cfg.ResumeAgainMax, TurnWindow: cfg.TurnWindow},
-		followup.Deps{Store: store, Wake: wake.New(rdb, w, store.Keys()), Feeds: streams, Tenants: agents, Engine: eng, Resumer: d.Resumer, Now: d.Now, Log: d.Logger})
+		followup.Deps{Store: store, Wake: wake.New(rdb, w, store.Keys()), Feeds: streams, Stragglers: strag, Tenants: agents, Engine: eng, Resumer: d.Resumer, Now: d.Now, Log: d.Logger})
 	_ = follow.Start(context.Background())
 	hub := eventhub.New(streams, d.Logger, cfg.EventStreamsPerAgent, cfg.EventStreams)
 	_ = hub.Start(context.Background())
@@ -109,7 +112,8 @@ func NewManager(rdb redis.UniversalClient, cfg bgjobs.Config, d Deps) *Manager {
 		maint: maintenance.New(maintenance.Deps{Store: store, Reclaim: reclaim.New(rdb), Engine: eng, Followups: follow,
 			Interval: cfg.ReconcileInterval, BatchJoinTimeout: cfg.BatchJoinTimeout, Now: d.Now, Log: d.Logger}),
 		kinds: d.Kinds, agentAllow: netguard.NewAllow(cfg.AgentAllow), turns: d.Turns, now: d.Now, log: d.Logger,
-		turnCap: turncap.New(rdb, store.Keys(), cfg.TurnConcurrency, cfg.TurnShare, cfg.PollInterval, d.Now, d.Logger),
+		stragglers: strag,
+		turnCap:    turncap.New(rdb, store.Keys(), cfg.TurnConcurrency, cfg.TurnShare, cfg.PollInterval, d.Now, d.Logger),
 	}
 }
 

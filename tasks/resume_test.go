@@ -18,6 +18,7 @@ import (
 	"github.com/bgjobs/bgjobs/search"
 	"github.com/bgjobs/bgjobs/tasks/internal/engine"
 	"github.com/bgjobs/bgjobs/tasks/internal/registry"
+	"github.com/bgjobs/bgjobs/tasks/internal/registry/stragglers"
 )
 
 // sentResume is one resume a recordingResumer delivered.
@@ -219,9 +220,9 @@ func TestBatchJoinsOnce(t *testing.T) {
 	// Its straggler timeout was armed by the first settle and is gone with
 	// the join, rather than coming due for nothing later.
 	testenv.Eventually(t, 10*time.Second, "the straggler timeout disarmed", func() bool {
-		due, _, err := b.m.store.DueStragglers(ctx, time.Now().Add(24*time.Hour), 1000)
+		due, _, err := b.m.stragglers.Due(ctx, time.Now().Add(24*time.Hour), 1000)
 		require.NoError(t, err)
-		return !slices.Contains(due, registry.Straggler{Tag: bgjobs.Tag("alpha", "chat-b"), BatchID: res.BatchID})
+		return !slices.Contains(due, stragglers.Straggler{Tag: bgjobs.Tag("alpha", "chat-b"), BatchID: res.BatchID})
 	})
 
 	// Replaying a member's settle after the join fires nothing.
@@ -277,7 +278,7 @@ func TestStragglerOfAStoppedProcessJoins(t *testing.T) {
 	res, err := b.m.SpawnBatch(ctx, "alpha", "chat-gone", batchSpecs(3, -1, func(int) int { return 0 }))
 	require.NoError(t, err)
 	tag := bgjobs.Tag("alpha", "chat-gone")
-	require.NoError(t, b.m.store.ArmStraggler(ctx, tag, res.BatchID, time.Now().Add(-time.Second)))
+	require.NoError(t, b.m.stragglers.Arm(ctx, tag, res.BatchID, time.Now().Add(-time.Second)))
 	require.False(t, b.m.follow.StragglerDue(), "this process did not arm it")
 	for range 2 {
 		_, err = b.m.Reconcile(ctx)
@@ -288,11 +289,11 @@ func TestStragglerOfAStoppedProcessJoins(t *testing.T) {
 	require.True(t, bt.Joined)
 	require.True(t, bt.Partial)
 	require.Equal(t, 0, bt.Settled)
-	due, _, err := b.m.store.DueStragglers(ctx, time.Now().Add(24*time.Hour), 1000)
+	due, _, err := b.m.stragglers.Due(ctx, time.Now().Add(24*time.Hour), 1000)
 	require.NoError(t, err)
-	require.NotContains(t, due, registry.Straggler{Tag: tag, BatchID: res.BatchID}, "a kept timeout is dropped")
+	require.NotContains(t, due, stragglers.Straggler{Tag: tag, BatchID: res.BatchID}, "a kept timeout is dropped")
 	// A timeout of a batch that is gone (expired, purged) joins nothing.
-	require.NoError(t, b.m.store.ArmStraggler(ctx, tag, "bt-00000000dead", time.Now().Add(-time.Second)))
+	require.NoError(t, b.m.stragglers.Arm(ctx, tag, "bt-00000000dead", time.Now().Add(-time.Second)))
 	_, err = b.m.Reconcile(ctx)
 	require.NoError(t, err)
 	_, err = b.m.GetBatch(ctx, "alpha", "bt-00000000dead")
@@ -300,11 +301,11 @@ func TestStragglerOfAStoppedProcessJoins(t *testing.T) {
 	// More due at once than a sweep's page: one sweep keeps them all, each
 	// once, and leaves none behind.
 	for i := range 250 {
-		require.NoError(t, b.m.store.ArmStraggler(ctx, tag, fmt.Sprintf("bt-%012x", i), time.Now().Add(-time.Second)))
+		require.NoError(t, b.m.stragglers.Arm(ctx, tag, fmt.Sprintf("bt-%012x", i), time.Now().Add(-time.Second)))
 	}
 	_, err = b.m.Reconcile(ctx)
 	require.NoError(t, err)
-	due, _, err = b.m.store.DueStragglers(ctx, time.Now().Add(24*time.Hour), 1000)
+	due, _, err = b.m.stragglers.Due(ctx, time.Now().Add(24*time.Hour), 1000)
 	require.NoError(t, err)
 	require.Empty(t, due)
 }

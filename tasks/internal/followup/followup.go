@@ -17,6 +17,7 @@ import (
 	"github.com/bgjobs/bgjobs/tasks/internal/engine"
 	"github.com/bgjobs/bgjobs/tasks/internal/registry"
 	"github.com/bgjobs/bgjobs/tasks/internal/registry/feeds"
+	"github.com/bgjobs/bgjobs/tasks/internal/registry/stragglers"
 	"github.com/bgjobs/bgjobs/tasks/internal/registry/tenants"
 	"github.com/bgjobs/bgjobs/tasks/internal/registry/wake"
 )
@@ -48,6 +49,8 @@ type Deps struct {
 	Store *registry.Store
 	Wake  *wake.Store
 	Feeds *feeds.Store
+	// Stragglers are the batches' straggler timeouts.
+	Stragglers *stragglers.Set
 	// Tenants are the agents' configurations (who takes resumes, where).
 	Tenants *tenants.Store
 	Engine  *engine.Engine
@@ -64,6 +67,7 @@ type Followups struct {
 	store   *registry.Store
 	wake    *wake.Store
 	feeds   *feeds.Store
+	strag   *stragglers.Set
 	eng     *engine.Engine
 	resumer bgjobs.Resumer
 	now     func() time.Time
@@ -82,7 +86,7 @@ type Followups struct {
 
 // New returns follow-ups; Start runs their timers.
 func New(cfg Config, d Deps) *Followups {
-	f := &Followups{cfg: cfg, store: d.Store, wake: d.Wake, feeds: d.Feeds, eng: d.Engine, resumer: d.Resumer, now: d.Now, log: d.Log,
+	f := &Followups{cfg: cfg, store: d.Store, wake: d.Wake, feeds: d.Feeds, strag: d.Stragglers, eng: d.Engine, resumer: d.Resumer, now: d.Now, log: d.Log,
 		quit: make(chan struct{})}
 	f.agents = &agentCache{store: d.Tenants, ttl: 2 * time.Second, items: map[string]agentCacheItem{}}
 	f.storm = &stormTimers{f: f}

@@ -176,7 +176,7 @@ func (f *Followups) join(ctx context.Context, tag string, e registry.Entry) erro
 	if !b.Partial {
 		// Joined in full: its straggler timeout would find the claim taken.
 		// (A partial join is that timeout.)
-		f.store.DisarmStraggler(tag, b.ID)
+		f.strag.Disarm(tag, b.ID)
 	}
 	metrics.BatchJoins.WithLabelValues(strconv.FormatBool(b.Partial)).Inc()
 	f.feeds.Publish(bgjobs.Event{Type: bgjobs.EventBatchJoined, BatchID: b.ID, Agent: agent, OriginSession: session,
@@ -194,7 +194,7 @@ func (f *Followups) join(ctx context.Context, tag string, e registry.Entry) erro
 // its timeout, found due, does nothing.
 func (f *Followups) armStraggler(ctx context.Context, tag string, e registry.Entry) error {
 	due := f.now().Add(f.cfg.BatchJoinTimeout)
-	if err := f.store.ArmStraggler(ctx, tag, e.Ref, due); err != nil {
+	if err := f.strag.Arm(ctx, tag, e.Ref, due); err != nil {
 		return err
 	}
 	f.expectStraggler(due)

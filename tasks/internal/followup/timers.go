@@ -50,7 +50,7 @@ func (f *Followups) SweepStragglers(ctx context.Context) error {
 	f.stragglerDue.Store(0)
 	for {
 		now := f.now()
-		due, next, err := f.store.DueStragglers(ctx, now, stragglerSweep)
+		due, next, err := f.strag.Due(ctx, now, stragglerSweep)
 		if err != nil {
 			f.expectStraggler(now) // look again at the next tick
 			return err
@@ -58,11 +58,11 @@ func (f *Followups) SweepStragglers(ctx context.Context) error {
 		for i, s := range due {
 			if err := f.forceJoin(ctx, s.Tag, s.BatchID); err != nil {
 				f.expectStraggler(now)
-				_ = f.store.DropStragglers(ctx, due[:i])
+				_ = f.strag.Drop(ctx, due[:i])
 				return err
 			}
 		}
-		if err := f.store.DropStragglers(ctx, due); err != nil {
+		if err := f.strag.Drop(ctx, due); err != nil {
 			f.expectStraggler(now)
 			return err
 		}

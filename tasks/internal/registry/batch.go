@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -87,77 +86,6 @@ func (s *Store) LoadBatch(ctx context.Context, tag, id string) (*bgjobs.Batch, e
 		b.Jobs = []string{}
 	}
 	return b, nil
-}
-
-// Straggler names a batch whose straggler timeout is due.
-type Straggler struct{ Tag, BatchID string }
-
-// stragglerMember is a batch's member of the stragglers set: the batch id
-// first, since it never holds the separator and a tag may.
-func stragglerMember(tag, id string) string { return id + "|" + tag }
-
-// ArmStraggler sets the batch's straggler timeout to due, unless it is set
-// already (a re-driven outbox entry keeps the first).
-func (s *Store) ArmStraggler(ctx context.Context, tag, id string, due time.Time) error {
-	var n *redis.IntCmd
-	err := s.do(ctx, func(ctx context.Context, p redis.Pipeliner) {
-		n = p.ZAddNX(ctx, s.k.stragglers(), redis.Z{Score: float64(due.UnixMilli()), Member: stragglerMember(tag, id)})
-	})
-	if err == nil {
-		err = n.Err()
-	}
-	return unavailable("arm straggler", err)
-}
-
-// DisarmStraggler drops the batch's straggler timeout, on the follow-up
-// path: one lost in a crash is found due later and does nothing.
-func (s *Store) DisarmStraggler(tag, id string) {
-	s.later(func(ctx context.Context, p redis.Pipeliner) { p.ZRem(ctx, s.k.stragglers(), stragglerMember(tag, id)) })
-}
-
-// DropStragglers drops timeouts a sweep has handled, waited, so the
-// sweep's next page starts past them.
-func (s *Store) DropStragglers(ctx context.Context, done []Straggler) error {
-	if len(done) == 0 {
-		return nil
-	}
-	members := make([]any, len(done))
-	for i, st := range done {
-		members[i] = stragglerMember(st.Tag, st.BatchID)
-	}
-	var n *redis.IntCmd
-	err := s.do(ctx, func(ctx context.Context, p redis.Pipeliner) { n = p.ZRem(ctx, s.k.stragglers(), members...) })
-	if err == nil {
-		err = n.Err()
-	}
-	return unavailable("drop stragglers", err)
-}
-
-// DueStragglers returns up to limit batches whose straggler timeout is due
-// at now, and the earliest due time after now (zero when none is armed).
-func (s *Store) DueStragglers(ctx context.Context, now time.Time, limit int64) ([]Straggler, time.Time, error) {
-	var due *redis.StringSliceCmd
-	var first *redis.ZSliceCmd
-	err := s.do(ctx, func(ctx context.Context, p redis.Pipeliner) {
-		due = p.ZRangeByScore(ctx, s.k.stragglers(), &redis.ZRangeBy{Min: "-inf", Max: strconv.FormatInt(now.UnixMilli(), 10), Count: limit})
-		first = p.ZRangeByScoreWithScores(ctx, s.k.stragglers(), &redis.ZRangeBy{Min: "(" + strconv.FormatInt(now.UnixMilli(), 10), Max: "+inf", Count: 1})
-	})
-	if err == nil {
-		err = firstErr([]redis.Cmder{due, first})
-	}
-	if err != nil {
-		return nil, time.Time{}, unavailable("read stragglers", err)
-	}
-	out := make([]Straggler, 0, len(due.Val()))
-	for _, m := range due.Val() {
-		id, tag, _ := strings.Cut(m, "|")
-		out = append(out, Straggler{Tag: tag, BatchID: id})
-	}
-	var next time.Time
-	if f := first.Val(); len(f) > 0 {
-		next = time.UnixMilli(int64(f[0].Score))
-	}
-	return out, next, nil
 }
 
 // ForceJoin takes the batch's join claim early (forceJoinCmd), for the

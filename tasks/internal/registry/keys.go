@@ -65,7 +65,7 @@ func (k Keys) batch(tag, id string) string        { return k.session(tag) + ":ba
 func (k Keys) batchClaim(tag, id string) string   { return k.batch(tag, id) + ":claim" }
 func (k Keys) batchJobs(tag, id string) string    { return k.batch(tag, id) + ":jobs" }
 func (k Keys) batchIndex() string                 { return k.NS + ":batchidx" }
-func (k Keys) stragglers() string                 { return k.NS + ":stragglers" }
+func (k Keys) Stragglers() string                 { return k.NS + ":stragglers" }
 func (k Keys) turnBatch(tag, turn string) string  { return k.session(tag) + ":turn:" + Digest(turn) }
 func (k Keys) openTurns(tag string) string        { return k.session(tag) + ":turns" }
 func (k Keys) Reports() string                    { return k.NS + ":reports" }
