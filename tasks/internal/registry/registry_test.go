@@ -72,6 +72,25 @@ func TestStartScript(t *testing.T) {
 	}
 }
 
+// A Redis that lost its scripts (restarted, flushed) answers NOSCRIPT to
+// the start and its row read rides behind it for nothing: the start loads
+// the script, runs, and reads the row again. Not on a shared real Redis,
+// whose script cache other tests use.
+func TestStartLoadsItsScript(t *testing.T) {
+	t.Parallel()
+	if testenv.Real() {
+		t.Skip("would flush the shared server's scripts")
+	}
+	b := setup(t)
+	j := b.Job(t)
+	require.NoError(t, b.RDB.ScriptFlush(b.Ctx).Err())
+	got, err := b.S.Start(b.Ctx, bgjobs.Tag("alpha", "s"), j.ID, now)
+	require.NoError(t, err)
+	require.EqualValues(t, 1, got.Attempt)
+	require.Equal(t, bgjobs.StatusRunning, got.Job.Status)
+	require.Equal(t, j.ID, got.Job.ID)
+}
+
 func TestSettleScript(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {
@@ -402,6 +421,32 @@ func TestDrainPages(t *testing.T) {
 		require.True(t, ids[id])
 		require.Equal(t, 1, n, "%s handed over once", id)
 	}
+}
+
+// A full page leaves the pending set in chunks: 1,200 ended jobs drain as
+// 1,000 and then 200, each once, and nothing stays pending.
+func TestDrainALargePage(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	tag := bgjobs.Tag("alpha", "s")
+	for range 1200 {
+		_, err := b.Settle(t, b.PlainJob(t, false), registry.Settlement{})
+		require.NoError(t, err)
+	}
+	seen := map[string]bool{}
+	for _, want := range []int{1000, 200} {
+		rows, _, err := b.H.Drain(b.Ctx, tag, "", "", now, handover.DrainHold{}, 1000)
+		require.NoError(t, err)
+		require.Len(t, rows, want)
+		for _, r := range rows {
+			require.False(t, seen[r.ID], "%s handed over twice", r.ID)
+			seen[r.ID] = true
+		}
+	}
+	rows, more, err := b.H.Drain(b.Ctx, tag, "", "", now, handover.DrainHold{}, 1000)
+	require.NoError(t, err)
+	require.Empty(t, rows)
+	require.False(t, more)
 }
 
 // On a Redis Cluster the sweeps' scans visit every master: sessions whose

@@ -102,17 +102,6 @@ func jobFromHash(h map[string]string) *bgjobs.Job {
 	return j
 }
 
-// flatHash reads an HGETALL reply returned from a script.
-func flatHash(flat []any) map[string]string {
-	h := make(map[string]string, len(flat)/2)
-	for i := 0; i+1 < len(flat); i += 2 {
-		k, _ := flat[i].(string)
-		v, _ := flat[i+1].(string)
-		h[k] = v
-	}
-	return h
-}
-
 // DrainFields are the row fields a drain returns per job, in order
 // (handover.DrainRow reads them by position).
 var DrainFields = []string{fID, fStatus, fDescription, fKind, fHasResult, fResult, fHasErr, fError, fBatch, fSubagent, fReportIndexed}

@@ -19,19 +19,20 @@ end
 // KEYS[1] -> job hash
 // ARGV[1] -> now (ms)
 //
-// Returns {code, attempts, row}: code 1 = queued → running; 2 = was
-// already running (a re-run after a lost lease), still running; 0 =
-// terminal, do not run; -1 = no such row. row is the job hash (HGETALL) when
-// the job runs, empty otherwise.
+// Returns {code, attempts}: code 1 = queued → running; 2 = was already
+// running (a re-run after a lost lease), still running; 0 = terminal, do
+// not run; -1 = no such row. The row itself is read by a plain HGETALL
+// sent just behind the script (Store.Start): handing a whole hash back
+// through Lua cost more than the rest of the script.
 var startCmd = redis.NewScript(LuaTerminal + `
 local st = redis.call('HGET', KEYS[1], 'status')
-if not st then return {-1, 0, {}} end
-if terminal(st) then return {0, 0, {}} end
+if not st then return {-1, 0} end
+if terminal(st) then return {0, 0} end
 local n = redis.call('HINCRBY', KEYS[1], 'attempts', 1)
 redis.call('HSET', KEYS[1], 'status', 'running', 'started_at', ARGV[1])
 local code = 2
 if st == 'queued' then code = 1 end
-return {code, n, redis.call('HGETALL', KEYS[1])}
+return {code, n}
 `)
 
 // requeueCmd hands a running job back to the queue when its attempt failed

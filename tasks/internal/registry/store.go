@@ -200,11 +200,30 @@ type Started struct {
 // Start moves a job to running (startCmd). ErrNoJob: no row; ErrEnded: do
 // not run it.
 func (s *Store) Start(ctx context.Context, tag, id string, now time.Time) (Started, error) {
-	res, err := s.w.Script(ctx, startCmd, []string{s.k.Job(tag, id)}, ms(now)).Slice()
+	key := s.k.Job(tag, id)
+	var start *redis.Cmd
+	var row *redis.MapStringStringCmd
+	// One round trip, the row read just after the script on the same
+	// connection (one key: one node), so it sees the script's writes.
+	err := s.do(ctx, func(ctx context.Context, p redis.Pipeliner) {
+		start = startCmd.EvalSha(ctx, p, []string{key}, ms(now))
+		row = p.HGetAll(ctx, key)
+	})
+	if err == nil && start.Err() != nil && strings.HasPrefix(start.Err().Error(), "NOSCRIPT") {
+		// A fresh or restarted Redis: load the script, then read.
+		start = s.w.Script(ctx, startCmd, []string{key}, ms(now))
+		if start.Err() == nil {
+			err = s.do(ctx, func(ctx context.Context, p redis.Pipeliner) { row = p.HGetAll(ctx, key) })
+		}
+	}
+	if err == nil {
+		err = start.Err()
+	}
 	if err != nil {
 		return Started{}, unavailable("start job", err)
 	}
-	if len(res) != 3 {
+	res, err := start.Slice()
+	if err != nil || len(res) != 2 {
 		return Started{}, fmt.Errorf("start: unexpected reply %v", res)
 	}
 	code, _ := res[0].(int64)
@@ -215,8 +234,11 @@ func (s *Store) Start(ctx context.Context, tag, id string, now time.Time) (Start
 		return Started{}, ErrEnded
 	}
 	attempt, _ := res[1].(int64)
-	flat, _ := res[2].([]any)
-	return Started{Job: jobFromHash(flatHash(flat)), Attempt: attempt, Rerun: code == 2}, nil
+	h, err := row.Result()
+	if err != nil {
+		return Started{}, unavailable("start job", err)
+	}
+	return Started{Job: jobFromHash(h), Attempt: attempt, Rerun: code == 2}, nil
 }
 
 // Requeue hands a running job back to queued while asynq waits to try it

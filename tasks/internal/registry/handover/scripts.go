@@ -87,6 +87,7 @@ if not repeated then
   -- a repeat of this drain reads the rows again: purge keeps them until then
   if ARGV[2] == '1' then replay = tonumber(ARGV[5]) + 1000 * tonumber(ARGV[3]) end
   local scan = redis.call('ZRANGE', KEYS[1], 0, 4 * page - 1)
+  local gone = {}
   for _, id in ipairs(scan) do
     if #taken >= page then break end
     local k = ARGV[1] .. id
@@ -98,13 +99,17 @@ if not repeated then
       held = f[1] == '1' and f[2] ~= '1' and tonumber(f[3] or '0') > tonumber(ARGV[7])
     end
     if f[4] and tonumber(f[4]) > tonumber(ARGV[5]) then held = true end
-    if held then heldn = heldn + 1 else redis.call('ZREM', KEYS[1], id) end
+    if held then heldn = heldn + 1 else gone[#gone + 1] = id end
     local st = f[5]
     if not held and st and terminal(st) and f[6] ~= '1' then
       handover(k, nonce, ARGV[5], ARGV[4], replay)
       taken[#taken + 1] = id
       rows[#rows + 1] = {unpack(f, 7, 6 + #ARGV - 9)}
     end
+  end
+  -- what leaves the pending set goes in one ZREM per 500, not one each
+  for i = 1, #gone, 500 do
+    redis.call('ZREM', KEYS[1], unpack(gone, i, math.min(i + 499, #gone)))
   end
   ids = taken
   if redis.call('ZCARD', KEYS[1]) > heldn then more = 1 end
