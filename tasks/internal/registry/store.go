@@ -238,6 +238,11 @@ func (s *Store) Start(ctx context.Context, tag, id string, now time.Time) (Start
 	if err != nil {
 		return Started{}, unavailable("start job", err)
 	}
+	if len(h) == 0 {
+		// Another client's commands may run between the two: the job was
+		// cancelled and deleted in that instant. Nothing to run.
+		return Started{}, ErrEnded
+	}
 	return Started{Job: jobFromHash(h), Attempt: attempt, Rerun: code == 2}, nil
 }
 
