@@ -80,7 +80,7 @@ func (s *Store) queueCreate(ctx context.Context, p redis.Pipeliner, j *bgjobs.Jo
 	tag := bgjobs.Tag(j.Agent, j.OriginSession)
 	score := float64(j.CreatedAt.UnixMilli())
 	return []redis.Cmder{
-		p.HSet(ctx, s.k.Job(tag, j.ID), rowFields(j)),
+		p.HSet(ctx, s.k.Job(tag, j.ID), rowFields(j)...),
 		p.ZAdd(ctx, s.k.SessionJobs(tag), redis.Z{Score: score, Member: j.ID}),
 		p.ZAdd(ctx, s.k.AgentJobs(j.Agent), redis.Z{Score: score, Member: j.ID}),
 		p.HSet(ctx, s.k.JobIndex(), j.ID, tag),
