@@ -174,14 +174,29 @@ func (w *Writer) send(ctx context.Context, r *request) error {
 // NOSCRIPT inside the pipeline; the call then goes out alone with Run,
 // which loads it.
 func (w *Writer) Script(ctx context.Context, s *redis.Script, keys []string, args ...any) *redis.Cmd {
+	return w.ScriptThen(ctx, s, keys, args, nil)
+}
+
+// ScriptThen is Script with then's commands just behind the script in the
+// same pipeline, on the same connection, so they see its writes (a read of
+// the row it changed). After a NOSCRIPT, then's commands follow the loaded
+// script in a round trip of their own.
+func (w *Writer) ScriptThen(ctx context.Context, s *redis.Script, keys []string, args []any, then Op) *redis.Cmd {
 	var cmd *redis.Cmd
-	if err := w.Do(ctx, func(ctx context.Context, p redis.Pipeliner) { cmd = s.EvalSha(ctx, p, keys, args...) }); err != nil {
+	if err := w.Do(ctx, func(ctx context.Context, p redis.Pipeliner) {
+		cmd = s.EvalSha(ctx, p, keys, args...)
+		if then != nil {
+			then(ctx, p)
+		}
+	}); err != nil {
 		return ErrCmd(ctx, err)
 	}
-	if err := cmd.Err(); err != nil && strings.HasPrefix(err.Error(), "NOSCRIPT") {
-		if w.replicas <= 0 {
-			return s.Run(ctx, w.rdb, keys, args...)
-		}
+	if err := cmd.Err(); err == nil || !strings.HasPrefix(err.Error(), "NOSCRIPT") {
+		return cmd
+	}
+	if w.replicas <= 0 {
+		cmd = s.Run(ctx, w.rdb, keys, args...)
+	} else {
 		// With its body, and confirmed like any waited pipeline.
 		var check func([]redis.Cmder)
 		cmds, _ := w.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
@@ -190,6 +205,11 @@ func (w *Writer) Script(ctx context.Context, s *redis.Script, keys []string, arg
 			return nil
 		})
 		check(cmds)
+	}
+	if cmd.Err() == nil && then != nil {
+		if err := w.Do(ctx, then); err != nil {
+			return ErrCmd(ctx, err)
+		}
 	}
 	return cmd
 }

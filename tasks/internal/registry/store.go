@@ -201,29 +201,14 @@ type Started struct {
 // not run it.
 func (s *Store) Start(ctx context.Context, tag, id string, now time.Time) (Started, error) {
 	key := s.k.Job(tag, id)
-	var start *redis.Cmd
 	var row *redis.MapStringStringCmd
-	// One round trip, the row read just after the script on the same
-	// connection (one key: one node), so it sees the script's writes.
-	err := s.do(ctx, func(ctx context.Context, p redis.Pipeliner) {
-		start = startCmd.EvalSha(ctx, p, []string{key}, ms(now))
-		row = p.HGetAll(ctx, key)
-	})
-	if err == nil && start.Err() != nil && strings.HasPrefix(start.Err().Error(), "NOSCRIPT") {
-		// A fresh or restarted Redis: load the script, then read.
-		start = s.w.Script(ctx, startCmd, []string{key}, ms(now))
-		if start.Err() == nil {
-			err = s.do(ctx, func(ctx context.Context, p redis.Pipeliner) { row = p.HGetAll(ctx, key) })
-		}
-	}
-	if err == nil {
-		err = start.Err()
-	}
+	// The row is read just behind the script, in its round trip.
+	res, err := s.w.ScriptThen(ctx, startCmd, []string{key}, []any{ms(now)},
+		func(ctx context.Context, p redis.Pipeliner) { row = p.HGetAll(ctx, key) }).Slice()
 	if err != nil {
 		return Started{}, unavailable("start job", err)
 	}
-	res, err := start.Slice()
-	if err != nil || len(res) != 2 {
+	if len(res) != 2 {
 		return Started{}, fmt.Errorf("start: unexpected reply %v", res)
 	}
 	code, _ := res[0].(int64)

@@ -36,7 +36,13 @@ type Bundle struct {
 // New returns a registry for t, stopped when t ends.
 func New(t *testing.T) *Bundle {
 	t.Helper()
-	env := testenv.New(t)
+	return On(t, testenv.New(t))
+}
+
+// On is New on the Redis space env (testenv.NewMini for a test that must
+// have a server of its own).
+func On(t *testing.T, env *testenv.Env) *Bundle {
+	t.Helper()
 	w := pipeline.New(env.RDB, slog.New(slog.DiscardHandler))
 	require.NoError(t, w.Start(context.Background()))
 	t.Cleanup(w.Stop)
