@@ -104,7 +104,7 @@ func (c asynqClient) run(ctx context.Context, keys []string, s script) *redis.Cm
 		// A forward wakes fetches only when it moved tasks: the forwarders
 		// run every few seconds on every process.
 		if n, err := piped.Int64(); !counted || (err == nil && n > 0) {
-			c.w.Add(func(ctx context.Context, p redis.Pipeliner) { c.w.announce(ctx, p, pending) })
+			c.w.announce(pending)
 		}
 	}
 	return piped

@@ -215,13 +215,17 @@ func (w *Writer) ScriptThen(ctx context.Context, s *redis.Script, keys []string,
 }
 
 // Add queues op on the fire-and-forget lane; after Stop it is dropped.
-func (w *Writer) Add(op Op) {
+func (w *Writer) Add(op Op) { w.add(op) }
+
+// add is Add, reporting whether op was queued.
+func (w *Writer) add(op Op) bool {
 	w.mu.RLock()
 	defer w.mu.RUnlock()
 	if w.stopped || !w.started {
-		return
+		return false
 	}
 	w.async <- op
+	return true
 }
 
 func (w *Writer) syncLoop() {

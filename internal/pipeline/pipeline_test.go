@@ -366,3 +366,30 @@ func TestAWakeUpReleasesOneFetch(t *testing.T) {
 	defer mu.Unlock()
 	require.Equal(t, loops, most, "the burst reached every held loop")
 }
+
+// Announcements made while a publish is still queued share it: a burst of
+// tasks costs other processes a message or a few, not one each (the relay
+// above takes a wake-up on to every held fetch).
+func TestAnnouncementsShareAPublish(t *testing.T) {
+	t.Parallel()
+	_, w, rec, _ := twoProcesses(t)
+	const burst = 500
+	for range burst {
+		w.AnnounceQueue("coalesce")
+	}
+	publishes := func() int {
+		_, piped := rec.snapshot()
+		n := 0
+		for _, c := range piped {
+			if c[0] == "publish" {
+				n++
+			}
+		}
+		return n
+	}
+	testenv.Eventually(t, 30*time.Second, "the burst published", func() bool { return publishes() > 0 })
+	w.Stop() // sends whatever is still queued
+	n := publishes()
+	t.Logf("%d announcements, %d publishes", burst, n)
+	require.Less(t, n, burst/5, "announcements did not share their publishes")
+}
