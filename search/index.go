@@ -147,9 +147,9 @@ func (x *Index) Checkpoint() (string, error) {
 	return string(v), nil
 }
 
-// Apply indexes docs and records checkpoint, in one bleve batch. A report
-// supersedes the earlier reports of its job. One writer calls it; recalls
-// go on meanwhile.
+// Apply indexes docs and records checkpoint, in one bleve batch; "" records
+// none (SetCheckpoint follows). A report supersedes the earlier reports of
+// its job. One writer calls it; recalls go on meanwhile.
 func (x *Index) Apply(docs []Doc, checkpoint string) error {
 	x.mu.RLock()
 	defer x.mu.RUnlock()
@@ -182,8 +182,17 @@ func (x *Index) Apply(docs []Doc, checkpoint string) error {
 			}
 		}
 	}
-	b.SetInternal(checkpointKey, []byte(checkpoint))
+	if checkpoint != "" {
+		b.SetInternal(checkpointKey, []byte(checkpoint))
+	}
 	return x.idx.Batch(b)
+}
+
+// SetCheckpoint records checkpoint alone, for documents applied without it.
+func (x *Index) SetCheckpoint(checkpoint string) error {
+	x.mu.RLock()
+	defer x.mu.RUnlock()
+	return x.idx.SetInternal(checkpointKey, []byte(checkpoint))
 }
 
 func inBatch(docs []Doc, id string) bool {
