@@ -133,8 +133,9 @@ const applyingMax = 2
 type batch struct {
 	docs []Doc
 	last string
-	// checkpointed: Apply recorded last as the checkpoint.
-	checkpointed bool
+	// checkpoint is last when Apply records it (nothing was in flight),
+	// "" when complete does, after the batches before.
+	checkpoint string
 	// gen is the reader's generation: a failure starts a new one, and the
 	// batches of the failed one left in flight do not count.
 	gen int
@@ -207,16 +208,13 @@ func (w *Writer) loop(ctx context.Context, from string) {
 			<-flight[len(flight)-1].finished
 			flight = nil
 		}
-		alone := len(flight) == 0
 		if failed.Load() {
 			continue // reset at the loop's top; b is read again
 		}
-		b.checkpointed = alone
-		checkpoint := ""
-		if alone {
-			checkpoint = b.last
+		if len(flight) == 0 {
+			b.checkpoint = b.last
 		}
-		go func() { b.done <- w.applyFunc()(b.docs, checkpoint) }()
+		go func() { b.done <- w.applyFunc()(b.docs, b.checkpoint) }()
 		queue <- b
 		from, lastBatch = b.last, len(msgs)
 		flight = append(flight, b)
@@ -230,17 +228,18 @@ func (w *Writer) complete(ctx context.Context, queue <-chan *batch, failed *atom
 	failedGen := -1
 	for b := range queue {
 		err := <-b.done
-		if err == nil && !b.checkpointed && b.gen != failedGen {
+		if b.gen == failedGen {
+			close(b.finished) // after a failure: read and applied again
+			continue
+		}
+		if err == nil && b.checkpoint == "" {
 			err = w.Index.SetCheckpoint(b.last)
 		}
-		switch {
-		case b.gen == failedGen:
-			// After a failure: read and applied again.
-		case err != nil:
+		if err != nil {
 			w.Log.Error("index batch", slog.Int("docs", len(b.docs)), slog.Any("err", err))
 			failedGen = b.gen
 			failed.Store(true) // before finished: the reader looks after waiting
-		default:
+		} else {
 			w.mu.Lock()
 			w.applied = b.last
 			close(w.changed)

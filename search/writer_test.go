@@ -26,16 +26,16 @@ import (
 // grow is timing, so the bench reports it (docs a batch on the knowledge
 // lines), not this test.
 //
-// Batches are applied two at a time yet count in stream order: a caller
-// released for its entry finds every entry appended before it searchable.
+// Batches count in stream order: a caller released for its entry finds
+// every entry appended before it searchable.
 func TestWriterServesCallersThatWaitForTheirEntry(t *testing.T) {
 	t.Parallel()
 	servesCallers(t, nil)
 }
 
 // A batch that fails is applied again, with whatever followed it: no
-// caller is released early, none is lost, no document is indexed twice,
-// and the checkpoint still ends at the last entry.
+// caller is released early, every document is in the index, and the
+// checkpoint still ends at the last entry.
 func TestWriterRecoversFromAFailedBatch(t *testing.T) {
 	t.Parallel()
 	var calls, failed atomic.Int64
@@ -83,7 +83,7 @@ func servesCallers(t *testing.T, apply func(x *Index) func([]Doc, string) error)
 				before := slices.Clone(appended)
 				appendedMu.Unlock()
 				docID := fmt.Sprintf("c%d-%d", c, i)
-				raw, _ := json.Marshal(doc(docID, "a", "s", fmt.Sprintf("caller%d note %d", c, i)))
+				raw, _ := json.Marshal(note(docID, fmt.Sprintf("caller%d note %d", c, i)))
 				id, err := env.RDB.XAdd(ctx, &redis.XAddArgs{Stream: stream, Values: []any{"doc", raw}}).Result()
 				if err == nil {
 					appendedMu.Lock()
@@ -134,4 +134,100 @@ func indexed(t *testing.T, x *Index, id string) bool {
 	d, err := x.idx.Document(id)
 	require.NoError(t, err)
 	return d != nil
+}
+
+// The next batch is applied while one is still being applied, yet counts
+// only after it: its caller waits, and the checkpoint moves past both once
+// both are in. A batch holding a report waits for the one in flight, since
+// a report supersedes its job's earlier reports found in the index.
+func TestWriterAppliesTheNextBatchBesideTheOneInFlight(t *testing.T) {
+	t.Parallel()
+	env := testenv.New(t)
+	ctx := context.Background()
+	x := openTest(t)
+	stream := env.Namespace + ":reports"
+	// held: batches starting with these documents stay in flight until told.
+	held := map[string]chan struct{}{"first": make(chan struct{}), "third": make(chan struct{})}
+	started := make(chan string, 4)
+	w := &Writer{RDB: env.RDB, Stream: stream, AliveKey: env.Namespace + ":alive", Index: x, Log: slog.New(slog.DiscardHandler),
+		apply: func(docs []Doc, checkpoint string) error {
+			started <- docs[0].DocID
+			if ch, ok := held[docs[0].DocID]; ok {
+				<-ch
+			}
+			return x.Apply(docs, checkpoint)
+		}}
+	require.NoError(t, w.Start(ctx))
+	t.Cleanup(w.Stop)
+	var once sync.Map
+	letGo := func(id string) {
+		if _, done := once.LoadOrStore(id, true); !done {
+			close(held[id])
+		}
+	}
+	t.Cleanup(func() { letGo("first"); letGo("third") }) // before Stop, which waits for them
+	add := func(d Doc) string {
+		raw, _ := json.Marshal(d)
+		id, err := env.RDB.XAdd(ctx, &redis.XAddArgs{Stream: stream, Values: []any{"doc", raw}}).Result()
+		require.NoError(t, err)
+		return id
+	}
+	next := func(what string) string {
+		t.Helper()
+		select {
+		case id := <-started:
+			return id
+		case <-time.After(30 * time.Second):
+			t.Fatalf("%s: no batch started", what)
+			return ""
+		}
+	}
+	waitFor := func(id string, d time.Duration) error {
+		waitCtx, cancel := context.WithTimeout(ctx, d)
+		defer cancel()
+		return w.WaitFor(waitCtx, id)
+	}
+	notStarted := func(what string) {
+		t.Helper()
+		select {
+		case id := <-started:
+			t.Fatalf("%s: %s started while a batch was in flight", what, id)
+		case <-time.After(300 * time.Millisecond):
+		}
+	}
+
+	// Two notes: the second is applied beside the first, but counts after it.
+	add(note("first", "the first note"))
+	require.Equal(t, "first", next("first"))
+	second := add(note("second", "the second note"))
+	require.Equal(t, "second", next("second, beside the first"))
+	testenv.Eventually(t, 30*time.Second, "the second batch in the index", func() bool { return indexed(t, x, "second") })
+	require.ErrorIs(t, waitFor(second, 300*time.Millisecond), context.DeadlineExceeded, "the second counted before the first")
+	letGo("first")
+	require.NoError(t, waitFor(second, 30*time.Second))
+	ckpt, err := x.Checkpoint()
+	require.NoError(t, err)
+	require.Equal(t, second, ckpt, "the checkpoint moves past both")
+
+	// A report waits for the note in flight.
+	add(note("third", "the third note"))
+	require.Equal(t, "third", next("third"))
+	report := add(doc("report", "a", "s", "a report"))
+	notStarted("the report")
+	letGo("third")
+	require.Equal(t, "report", next("the report, once the third is in"))
+	require.NoError(t, waitFor(report, 30*time.Second))
+	for _, id := range []string{"first", "second", "third", "report"} {
+		require.True(t, indexed(t, x, id), id)
+	}
+	ckpt, err = x.Checkpoint()
+	require.NoError(t, err)
+	require.Equal(t, report, ckpt, "the checkpoint is the last entry")
+}
+
+// note is a knowledge text: unlike a report, it supersedes nothing.
+func note(id, body string) Doc {
+	d := doc(id, "a", "s", body)
+	d.SourceType, d.JobID = SourceIngest, ""
+	return d
 }

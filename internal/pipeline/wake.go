@@ -254,7 +254,7 @@ func (w *Writer) announce(pending string) {
 func (w *Writer) publish(ctx context.Context, p redis.Pipeliner) {
 	k := &w.waker
 	k.mu.Lock()
-	pending := slices.Sorted(maps.Keys(k.unpublished))
+	pending := slices.Collect(maps.Keys(k.unpublished))
 	clear(k.unpublished)
 	k.mu.Unlock()
 	for _, key := range pending {

@@ -37,14 +37,9 @@ func member(tag, id string) string { return id + "|" + tag }
 // Arm sets the batch's timeout to due, unless it is set already (a
 // re-driven outbox entry keeps the first).
 func (s *Set) Arm(ctx context.Context, tag, id string, due time.Time) error {
-	var n *redis.IntCmd
-	err := s.w.Do(ctx, func(ctx context.Context, p redis.Pipeliner) {
-		n = p.ZAddNX(ctx, s.key, redis.Z{Score: float64(due.UnixMilli()), Member: member(tag, id)})
+	return s.write(ctx, "arm straggler", func(ctx context.Context, p redis.Pipeliner) redis.Cmder {
+		return p.ZAddNX(ctx, s.key, redis.Z{Score: float64(due.UnixMilli()), Member: member(tag, id)})
 	})
-	if err == nil {
-		err = n.Err()
-	}
-	return registry.Unavailable("arm straggler", err)
 }
 
 // Disarm drops the batch's timeout, on the follow-up path: one lost in a
@@ -63,12 +58,19 @@ func (s *Set) Drop(ctx context.Context, done []Straggler) error {
 	for i, st := range done {
 		members[i] = member(st.Tag, st.BatchID)
 	}
-	var n *redis.IntCmd
-	err := s.w.Do(ctx, func(ctx context.Context, p redis.Pipeliner) { n = p.ZRem(ctx, s.key, members...) })
+	return s.write(ctx, "drop stragglers", func(ctx context.Context, p redis.Pipeliner) redis.Cmder {
+		return p.ZRem(ctx, s.key, members...)
+	})
+}
+
+// write sends one command in a waited pipeline and returns its error.
+func (s *Set) write(ctx context.Context, what string, queue func(context.Context, redis.Pipeliner) redis.Cmder) error {
+	var cmd redis.Cmder
+	err := s.w.Do(ctx, func(ctx context.Context, p redis.Pipeliner) { cmd = queue(ctx, p) })
 	if err == nil {
-		err = n.Err()
+		err = cmd.Err()
 	}
-	return registry.Unavailable("drop stragglers", err)
+	return registry.Unavailable(what, err)
 }
 
 // Due returns up to limit batches whose timeout is due at now, and the
