@@ -350,6 +350,23 @@ func (c *Client) Remember(ctx context.Context, session, title, text string) (doc
 	return out.DocID, err
 }
 
+// Text is one text of RememberAll.
+type Text struct {
+	Title string `json:"title,omitempty"`
+	Text  string `json:"text"`
+}
+
+// RememberAll indexes up to 100 texts in one request (searchable when it
+// returns) and returns their document ids in order: the way to index many
+// texts, which then share the index's batches.
+func (c *Client) RememberAll(ctx context.Context, session string, texts []Text) (docIDs []string, err error) {
+	var out struct {
+		DocIDs []string `json:"doc_ids"`
+	}
+	err = c.do(ctx, http.MethodPost, "/v1/knowledge", map[string]any{"session": session, "documents": texts}, &out)
+	return out.DocIDs, err
+}
+
 // Ingest fetches url into the agent's memory as a background job.
 func (c *Client) Ingest(ctx context.Context, session, pageURL string) (*Spawned, error) {
 	var out Spawned

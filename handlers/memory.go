@@ -2,6 +2,7 @@ package handlers
 
 import (
 	"context"
+	"fmt"
 	"net/http"
 	"strconv"
 	"strings"
@@ -71,13 +72,27 @@ func handleRecall(mem Memory) echo.HandlerFunc {
 }
 
 type knowledgeBody struct {
-	Session string `json:"session"`
-	Title   string `json:"title"`
-	Text    string `json:"text"`
-	URL     string `json:"url"`
+	Session   string          `json:"session"`
+	Title     string          `json:"title"`
+	Text      string          `json:"text"`
+	URL       string          `json:"url"`
+	Documents []knowledgeText `json:"documents"`
 }
 
-// handleKnowledge indexes text at once, or turns a URL into an ingest job.
+// knowledgeText is one text of a request's documents.
+type knowledgeText struct {
+	Title string `json:"title"`
+	Text  string `json:"text"`
+}
+
+// KnowledgeMaxDocuments caps the texts of one POST /v1/knowledge. Texts sent
+// together share the index's batches: one caller with many texts indexes
+// them at bleve's batch rate, where one text a request waits for a batch
+// of its own.
+const KnowledgeMaxDocuments = 100
+
+// handleKnowledge indexes text at once (one, or several as documents), or
+// turns a URL into an ingest job.
 func handleKnowledge(m *tasks.Manager, mem Memory) echo.HandlerFunc {
 	return func(c echo.Context) error {
 		agent, err := agentOf(c)
@@ -96,8 +111,11 @@ func handleKnowledge(m *tasks.Manager, mem Memory) echo.HandlerFunc {
 		}
 		ctx := c.Request().Context()
 		if b.URL != "" {
-			if b.Text != "" {
+			switch {
+			case b.Text != "":
 				return bgjobs.FieldError("text", "give text or url, not both")
+			case len(b.Documents) > 0:
+				return bgjobs.FieldError("documents", "give documents or url, not both")
 			}
 			j, _, err := m.Spawn(ctx, tasks.SpawnRequest{Agent: agent, OriginSession: b.Session, Kind: bgjobs.KindWork,
 				Description: bgjobs.CutRunes("Ingest "+b.URL, bgjobs.MaxDescriptionChars),
@@ -110,20 +128,31 @@ func handleKnowledge(m *tasks.Manager, mem Memory) echo.HandlerFunc {
 			}
 			return c.JSON(http.StatusAccepted, spawnResponse{ID: j.ID, Status: j.Status, BatchID: j.BatchID, Message: spawnMessage(j.ID)})
 		}
-		if strings.TrimSpace(b.Text) == "" {
+		texts, single := b.Documents, len(b.Documents) == 0
+		switch {
+		case single && strings.TrimSpace(b.Text) == "":
 			return bgjobs.FieldError("text", "give text (or a url) to index")
+		case single:
+			texts = []knowledgeText{{Title: b.Title, Text: b.Text}}
+		case b.Text != "" || b.Title != "":
+			return bgjobs.FieldError("documents", "give documents, or title and text, not both")
+		case len(texts) > KnowledgeMaxDocuments:
+			return bgjobs.FieldError("documents", "at most %d texts a request", KnowledgeMaxDocuments)
 		}
-		if len(b.Text) > KnowledgeMaxBytes {
-			return &bgjobs.Error{Code: bgjobs.ETooLarge, Message: "text is over 64 KiB", Field: "text"}
+		var docs []search.Doc
+		ids := make([]string, len(texts))
+		for i, t := range texts {
+			field := fmt.Sprintf("documents[%d].text", i)
+			if single {
+				field = "text"
+			}
+			passages, err := knowledgeDocs(agent, b.Session, t, field)
+			if err != nil {
+				return err
+			}
+			ids[i] = passages[0].DocID
+			docs = append(docs, passages...)
 		}
-		if !utf8.ValidString(b.Text) || !utf8.ValidString(b.Title) {
-			return bgjobs.FieldError("text", "must be valid UTF-8")
-		}
-		title := strings.TrimSpace(b.Title)
-		if title == "" {
-			title = "Note"
-		}
-		docs := search.Passages(search.NewDocID("kn"), agent, b.Session, search.SourceIngest, bgjobs.CutRunes(title, 300), b.Text, search.TrustExternal)
 		last, err := m.AppendDocs(ctx, docs)
 		if err != nil {
 			return err
@@ -131,6 +160,28 @@ func handleKnowledge(m *tasks.Manager, mem Memory) echo.HandlerFunc {
 		waitCtx, cancel := context.WithTimeout(ctx, 5*time.Second)
 		defer cancel()
 		_ = mem.WaitFor(waitCtx, last) // durable either way; this makes it searchable before we answer
-		return c.JSON(http.StatusCreated, map[string]any{"doc_id": docs[0].DocID, "passages": len(docs)})
+		if single {
+			return c.JSON(http.StatusCreated, map[string]any{"doc_id": ids[0], "passages": len(docs)})
+		}
+		return c.JSON(http.StatusCreated, map[string]any{"doc_ids": ids, "passages": len(docs)})
 	}
+}
+
+// knowledgeDocs checks one text and cuts it into the passages indexed;
+// field names the text in errors.
+func knowledgeDocs(agent, session string, t knowledgeText, field string) ([]search.Doc, error) {
+	if strings.TrimSpace(t.Text) == "" {
+		return nil, bgjobs.FieldError(field, "give text to index")
+	}
+	if len(t.Text) > KnowledgeMaxBytes {
+		return nil, &bgjobs.Error{Code: bgjobs.ETooLarge, Message: "text is over 64 KiB", Field: field}
+	}
+	if !utf8.ValidString(t.Text) || !utf8.ValidString(t.Title) {
+		return nil, bgjobs.FieldError(field, "must be valid UTF-8")
+	}
+	title := strings.TrimSpace(t.Title)
+	if title == "" {
+		title = "Note"
+	}
+	return search.Passages(search.NewDocID("kn"), agent, session, search.SourceIngest, bgjobs.CutRunes(title, 300), t.Text, search.TrustExternal), nil
 }

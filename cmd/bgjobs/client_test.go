@@ -208,6 +208,15 @@ func TestGoClientCoversTheAPI(t *testing.T) {
 	hits, _, err := c.Recall(ctx, "numbats", "", 5)
 	require.NoError(t, err)
 	require.NotEmpty(t, hits)
+	docs, err := c.RememberAll(ctx, "chat-all", []bgclient.Text{{Title: "Dune notes", Text: "thorny devils drink through their skin"}, {Text: "echidnas lay eggs"}})
+	require.NoError(t, err)
+	require.Len(t, docs, 2)
+	for i, q := range []string{"thorny", "echidnas"} {
+		hits, _, err := c.Recall(ctx, q, "chat-all", 5)
+		require.NoError(t, err)
+		require.Len(t, hits, 1, "%s searchable when RememberAll returns", q)
+		require.Equal(t, docs[i], hits[0].DocID)
+	}
 	ing, err := c.Ingest(ctx, "chat-all", page.URL)
 	require.NoError(t, err)
 	require.Equal(t, "completed", waitEnded(ing.ID).Status)

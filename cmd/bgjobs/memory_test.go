@@ -176,3 +176,50 @@ func TestKnowledgeFromAURL(t *testing.T) {
 	require.Contains(t, failed["error"], "not allowed")
 	require.Zero(t, canaryHits.Load())
 }
+
+// Several texts in one POST /v1/knowledge: every one is searchable when the
+// answer comes, under the ids it lists in order; one bad text refuses the
+// whole request, names it, and leaves nothing indexed.
+func TestKnowledgeDocumentsIndexTogether(t *testing.T) {
+	t.Parallel()
+	c := client{t: t, base: startServe(t, map[string]string{"BGJOBS_AUTO_RESUME": "false"})}
+	words := []string{"quollfinch", "dunnartelle", "bilbymoth"}
+	docs := make([]map[string]any, len(words))
+	for i, w := range words {
+		docs[i] = map[string]any{"title": fmt.Sprint("Field note ", i), "text": "field notes on the " + w + " of the dry country"}
+	}
+	docs[2]["text"] = strings.Repeat("filler prose about the outback. ", 600) + "the bilbymoth at last" // passages
+	code, res := c.do("POST", "/v1/knowledge", map[string]any{"session": "chat-kd", "documents": docs})
+	require.Equal(t, http.StatusCreated, code, "%v", res)
+	ids := res["doc_ids"].([]any)
+	require.Len(t, ids, len(words))
+	require.Greater(t, res["passages"], float64(len(words)), "the long text is cut into passages")
+	for i, w := range words {
+		hits := recall(c, w)["hits"].([]any)
+		require.Len(t, hits, 1, "%s searchable when the POST returns", w)
+		h := hits[0].(map[string]any)
+		require.True(t, strings.HasPrefix(h["doc_id"].(string), ids[i].(string)), "%s is under its own id: %v, %v", w, h["doc_id"], ids[i])
+		require.True(t, strings.HasPrefix(h["heading"].(string), fmt.Sprint("Field note ", i)), "%v", h["heading"])
+		require.Equal(t, "chat-kd", h["session"])
+	}
+
+	refused := func(body map[string]any, status int, field string) {
+		t.Helper()
+		code, e := c.do("POST", "/v1/knowledge", body)
+		require.Equal(t, status, code, "%v", e)
+		require.Equal(t, field, e["error"].(map[string]any)["field"], "%v", e)
+	}
+	one := func(text string) map[string]any { return map[string]any{"text": text} }
+	refused(map[string]any{"session": "chat-kd", "documents": []any{one("wallabyfern ok"), one("  ")}}, http.StatusBadRequest, "documents[1].text")
+	refused(map[string]any{"session": "chat-kd", "documents": []any{one("wallabyfern ok"), one(strings.Repeat("x", 64<<10+1))}},
+		http.StatusRequestEntityTooLarge, "documents[1].text")
+	refused(map[string]any{"session": "chat-kd", "text": "wallabyfern", "documents": []any{one("wallabyfern ok")}}, http.StatusBadRequest, "documents")
+	refused(map[string]any{"session": "chat-kd", "url": "https://example.org", "documents": []any{one("wallabyfern ok")}}, http.StatusBadRequest, "documents")
+	many := make([]any, 101)
+	for i := range many {
+		many[i] = one("wallabyfern")
+	}
+	refused(map[string]any{"session": "chat-kd", "documents": many}, http.StatusBadRequest, "documents")
+	refused(map[string]any{"session": "chat-kd", "documents": []any{map[string]any{"text": "wallabyfern", "tags": "x"}}}, http.StatusBadRequest, "tags")
+	require.Empty(t, recall(c, "wallabyfern")["hits"], "a refused request indexes none of its texts")
+}

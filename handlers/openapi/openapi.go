@@ -102,9 +102,10 @@ func Document() map[string]any {
 			"counts": counts(), "joined": boolean(), "partial": boolean(), "joined_at": nullable(timestamp()), "jobs": arrayOf(str())}),
 		"Drain": object(obj{"notifications": arrayOf(object(obj{"job_id": str(), "status": str(), "description": str(),
 			"batch_id": nullable(str()), "truncated": boolean(), "text": str()})), "more": boolean()}),
-		"Busy":      object(obj{"session": str(), "busy": boolean()}),
-		"Recall":    object(obj{"total": integer(), "hits": arrayOf(object(obj{"doc_id": str(), "job_id": str(), "session": str(), "source_type": str(), "heading": str(), "snippet": str(), "score": obj{"type": "number"}, "trust_tier": integer(), "created_at": timestamp()}))}),
-		"Knowledge": object(obj{"session": str(), "title": str(), "text": str(), "url": str()}),
+		"Busy":   object(obj{"session": str(), "busy": boolean()}),
+		"Recall": object(obj{"total": integer(), "hits": arrayOf(object(obj{"doc_id": str(), "job_id": str(), "session": str(), "source_type": str(), "heading": str(), "snippet": str(), "score": obj{"type": "number"}, "trust_tier": integer(), "created_at": timestamp()}))}),
+		"Knowledge": object(obj{"session": str(), "title": str(), "text": str(), "url": str(),
+			"documents": arrayOf(object(obj{"title": str(), "text": str()}))}),
 	}
 	sessionAction := func(summary string, body obj, okSchema string) obj {
 		return obj{"post": op(summary, body, "200", ref(okSchema), append(sessionParam(), idempotency()), "400", "503")}
@@ -156,8 +157,8 @@ func Document() map[string]any {
 		"/v1/recall": obj{"get": op("Full-text search over the caller's documents", nil, "200", ref("Recall"), []obj{query("q", "words and \"quoted phrases\"", "string"),
 			query("session", "only this session", "string"), query("source_type", "background_report or ingest", "string"),
 			query("limit", "1–100, default 10", "integer"), query("include_superseded", "also superseded reports", "boolean")}, "400", "503")},
-		"/v1/knowledge": obj{"post": op("Index text at once (201), or ingest a URL as a work job (202)", ref("Knowledge"), "201",
-			object(obj{"doc_id": str(), "passages": integer()}), nil, "400", "413", "503")},
+		"/v1/knowledge": obj{"post": op("Index text at once (201; documents: up to 100 texts, doc_ids in order), or ingest a URL as a work job (202)", ref("Knowledge"), "201",
+			object(obj{"doc_id": str(), "doc_ids": arrayOf(str()), "passages": integer()}), nil, "400", "413", "503")},
 	}
 	return obj{
 		"openapi": "3.0.3",

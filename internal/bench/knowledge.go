@@ -26,6 +26,10 @@ import (
 // knowledgeDocs is how many ~2 KB texts the knowledge phase indexes.
 const knowledgeDocs = 5000
 
+// textsPerRequest is how many texts a request of the bulk line carries
+// (POST /v1/knowledge's documents).
+const textsPerRequest = 20
+
 // memory is an index with its writer, as the API uses them, and what the
 // writer has applied: batches, and documents in them.
 type memory struct {
@@ -66,7 +70,8 @@ func startMemory(ctx context.Context, rdb redis.UniversalClient, m *tasks.Manage
 }
 
 // Knowledge measures POST /v1/knowledge (each answer waits until its text
-// is searchable) from o.Clients clients and from four times as many,
+// is searchable) from o.Clients clients and from four times as many, one
+// text a request, and from o.Clients clients sending textsPerRequest each,
 // beside bleve itself indexing the same texts with bgjobs' mapping in
 // batches of 1,000, and the reports stream read by the search writer;
 // rounds alternate them (the first run of bleve in a process is the
@@ -78,7 +83,7 @@ func Knowledge(ctx context.Context, rdb redis.UniversalClient, o Options, out io
 	for i := range docs {
 		docs[i] = recall.Doc(r, i, filler)
 	}
-	var raw, api, busy, stream, apiBatch, busyBatch []float64
+	var raw, api, busy, bulk, stream, apiBatch, busyBatch, bulkBatch []float64
 	// Each answer waits for its text's batch, so with o.Clients the rate
 	// is bound by that wait; four times as many show what the index takes
 	// when enough texts arrive at once.
@@ -90,15 +95,19 @@ func Knowledge(ctx context.Context, rdb redis.UniversalClient, o Options, out io
 			return err
 		}
 		raw = append(raw, rate)
-		rate, perBatch, err := knowledgeOverHTTP(ctx, rdb, o, docs)
+		rate, perBatch, err := knowledgeOverHTTP(ctx, rdb, o, docs, 1)
 		if err != nil {
 			return err
 		}
 		api, apiBatch = append(api, rate), append(apiBatch, perBatch)
-		if rate, perBatch, err = knowledgeOverHTTP(ctx, rdb, many, docs); err != nil {
+		if rate, perBatch, err = knowledgeOverHTTP(ctx, rdb, many, docs, 1); err != nil {
 			return err
 		}
 		busy, busyBatch = append(busy, rate), append(busyBatch, perBatch)
+		if rate, perBatch, err = knowledgeOverHTTP(ctx, rdb, o, docs, textsPerRequest); err != nil {
+			return err
+		}
+		bulk, bulkBatch = append(bulk, rate), append(bulkBatch, perBatch)
 		if rate, err = streamIndexing(ctx, rdb, docs); err != nil {
 			return err
 		}
@@ -109,12 +118,16 @@ func Knowledge(ctx context.Context, rdb redis.UniversalClient, o Options, out io
 	fmt.Fprintf(out, "  %-53s %6.0f docs/s\n", "bleve, batches of 1,000, bgjobs' mapping", med(raw))
 	fmt.Fprintf(out, "  %-53s %6.0f docs/s   ratio %.2f (goal ≥ 0.80)\n", "reports stream → search writer (a burst of reports)", med(stream), med(stream)/med(raw))
 	for _, l := range []struct {
-		clients   int
+		label     string
 		rates     []float64
 		perBatchs []float64
-	}{{o.Clients, api, apiBatch}, {many.Clients, busy, busyBatch}} {
+	}{
+		{fmt.Sprintf("POST /v1/knowledge, %d clients, searchable on 201", o.Clients), api, apiBatch},
+		{fmt.Sprintf("POST /v1/knowledge, %d clients, searchable on 201", many.Clients), busy, busyBatch},
+		{fmt.Sprintf("the same, %d clients, %d texts a request", o.Clients, textsPerRequest), bulk, bulkBatch},
+	} {
 		fmt.Fprintf(out, "  %-53s %6.0f docs/s   ratio %.2f (goal ≥ 0.80; baseline 354–402 docs/s), %.0f docs a batch\n",
-			fmt.Sprintf("POST /v1/knowledge, %d clients, searchable on 201", l.clients), med(l.rates), med(l.rates)/med(raw), med(l.perBatchs))
+			l.label, med(l.rates), med(l.rates)/med(raw), med(l.perBatchs))
 	}
 	return nil
 }
@@ -166,9 +179,9 @@ func streamIndexing(ctx context.Context, rdb redis.UniversalClient, docs []searc
 	return float64(len(docs)) / time.Since(start).Seconds(), nil
 }
 
-// knowledgeOverHTTP returns the rate and the documents per batch the
-// search writer applied.
-func knowledgeOverHTTP(ctx context.Context, rdb redis.UniversalClient, o Options, docs []search.Doc) (rate, perBatch float64, err error) {
+// knowledgeOverHTTP posts docs, perRequest texts a request, and returns the
+// rate and the documents per batch the search writer applied.
+func knowledgeOverHTTP(ctx context.Context, rdb redis.UniversalClient, o Options, docs []search.Doc, perRequest int) (rate, perBatch float64, err error) {
 	ns := namespace()
 	defer redisns.DropNamespace(context.Background(), rdb, ns)
 	cfg := bgjobs.Config{Namespace: ns}.WithDefaults()
@@ -186,8 +199,18 @@ func knowledgeOverHTTP(ctx context.Context, rdb redis.UniversalClient, o Options
 	defer stop()
 	hc := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: o.Clients + 1}}
 	start := time.Now()
-	err = fanOut(len(docs), o.Clients, func(i int) error {
-		body, _ := json.Marshal(map[string]string{"session": "chat-bench", "title": docs[i].Heading, "text": docs[i].Body})
+	requests := (len(docs) + perRequest - 1) / perRequest
+	err = fanOut(requests, o.Clients, func(i int) error {
+		var body []byte
+		if perRequest == 1 {
+			body, _ = json.Marshal(map[string]string{"session": "chat-bench", "title": docs[i].Heading, "text": docs[i].Body})
+		} else {
+			texts := []map[string]string{}
+			for _, d := range docs[i*perRequest : min((i+1)*perRequest, len(docs))] {
+				texts = append(texts, map[string]string{"title": d.Heading, "text": d.Body})
+			}
+			body, _ = json.Marshal(map[string]any{"session": "chat-bench", "documents": texts})
+		}
 		resp, err := hc.Post(api+"/v1/knowledge", "application/json", strings.NewReader(string(body)))
 		if err != nil {
 			return err
