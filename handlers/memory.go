@@ -142,9 +142,9 @@ func handleKnowledge(m *tasks.Manager, mem Memory) echo.HandlerFunc {
 		var docs []search.Doc
 		ids := make([]string, len(texts))
 		for i, t := range texts {
-			field := fmt.Sprintf("documents[%d].text", i)
-			if single {
-				field = "text"
+			field := "text"
+			if !single {
+				field = fmt.Sprintf("documents[%d].text", i)
 			}
 			passages, err := knowledgeDocs(agent, b.Session, t, field)
 			if err != nil {
