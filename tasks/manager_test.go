@@ -827,3 +827,32 @@ func TestGetMany(t *testing.T) {
 	require.NoError(t, err)
 	require.Empty(t, none)
 }
+
+// At the shutdown timeout asynq gives up on a running handler and returns
+// without waiting for it. A handler slow to notice (a loaded machine) still
+// hands its row back before Shutdown returns, through a writer that is
+// still running: the row is queued again, and stays so, rather than left
+// running or ended cancelled once Shutdown is through.
+func TestShutdownWaitsForHandlersToHandBack(t *testing.T) {
+	t.Parallel()
+	kinds := NewKinds()
+	kinds.Register(WorkKind{Name: "slow", Run: func(ctx context.Context, _ json.RawMessage) (string, error) {
+		<-ctx.Done()
+		time.Sleep(300 * time.Millisecond) // notices late
+		return "", ctx.Err()
+	}})
+	b := setup(t, func(c *bgjobs.Config, d *Deps) { c.ShutdownTimeout = 200 * time.Millisecond; d.Kinds = kinds })
+	w := b.m.NewWorker()
+	require.NoError(t, w.Start(context.Background()))
+	j := b.spawn(t, SpawnRequest{Agent: "alpha", OriginSession: "chat-sd", Kind: bgjobs.KindWork, Description: "slow",
+		Work: &bgjobs.WorkSpec{Type: "slow", Args: json.RawMessage(`{}`)}})
+	b.waitStatus(t, j.ID, bgjobs.StatusRunning, 10*time.Second)
+	w.Shutdown()
+	got, err := b.m.Get(context.Background(), "alpha", j.ID)
+	require.NoError(t, err)
+	require.Equal(t, bgjobs.StatusQueued, got.Status, "handed back before Shutdown returned")
+	time.Sleep(500 * time.Millisecond) // past the handler's late look
+	got, err = b.m.Get(context.Background(), "alpha", j.ID)
+	require.NoError(t, err)
+	require.Equal(t, bgjobs.StatusQueued, got.Status, "still queued for the next process")
+}

@@ -3,6 +3,7 @@ package tasks
 import (
 	"context"
 	"sync"
+	"time"
 
 	"github.com/hibiken/asynq"
 
@@ -61,5 +62,8 @@ func (w *Worker) Shutdown() {
 		wg.Go(s.Shutdown)
 	}
 	wg.Wait()
+	// Those asynq gave up on hand their rows back now (engine.Inflight):
+	// milliseconds, unless Redis is gone.
+	w.m.running.Wait(5 * time.Second)
 	w.m.maint.Stop()
 }

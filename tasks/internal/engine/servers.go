@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync/atomic"
 	"time"
 
 	"github.com/hibiken/asynq"
@@ -127,3 +128,24 @@ func (a asynqLogger) Info(args ...any)  { a.l.Info(fmt.Sprint(args...)) }
 func (a asynqLogger) Warn(args ...any)  { a.l.Warn(fmt.Sprint(args...)) }
 func (a asynqLogger) Error(args ...any) { a.l.Error(fmt.Sprint(args...)) }
 func (a asynqLogger) Fatal(args ...any) { a.l.Error(fmt.Sprint(args...)) }
+
+// Inflight counts the handlers running. At the shutdown timeout asynq puts
+// a running task back in its queue, ends its handler's context and returns
+// without waiting for the handler, which then hands its row back through
+// the process's writer: the shutdown waits for that (Wait) before the
+// process stops the writer under it (the row would stay running) or a
+// late handler takes the end of its context for a cancel.
+type Inflight struct{ n atomic.Int64 }
+
+// Enter counts a handler in; the func it returns counts it out.
+func (f *Inflight) Enter() func() {
+	f.n.Add(1)
+	return func() { f.n.Add(-1) }
+}
+
+// Wait returns once no handler runs, or after most.
+func (f *Inflight) Wait(most time.Duration) {
+	for deadline := time.Now().Add(most); f.n.Load() > 0 && time.Now().Before(deadline); {
+		time.Sleep(5 * time.Millisecond)
+	}
+}
