@@ -75,8 +75,7 @@ func Run(ctx context.Context, o Options, out io.Writer) error {
 	phases := []struct {
 		label string
 		run   func() (time.Duration, error)
-		// prepare, when set, makes the run (what it sets up is left out
-		// of the phase's time and cost) and what ends it.
+		// prepare makes a run, its setup left out of time and cost.
 		prepare func() (run func() (time.Duration, error), done func(), err error)
 		took    []time.Duration
 		costs   []cost
@@ -125,9 +124,8 @@ func Run(ctx context.Context, o Options, out io.Writer) error {
 	// bgjobs runs its work slots on several servers to lift that cap. The
 	// same split given to raw asynq shows what is left of the gap.
 	fmt.Fprintf(out, "ratio bgjobs/asynq split like bgjobs: %.2f (goal ≥ 0.50; baseline 0.32)\n", rate[1]/rate[2])
-	// End to end runs both halves at once on the same cores: were the
-	// machine's CPU the bound, its rate would be the halves one after the
-	// other.
+	// End to end runs both halves at once on the same cores: bound by
+	// CPU alone, its rate would be the halves one after the other.
 	fmt.Fprintf(out, "bgjobs's halves one after the other: %.0f jobs/s (end to end ran at %.0f); raw asynq's enqueue and run together: %.0f\n",
 		1/(1/rate[3]+1/rate[4]), rate[1], rate[0])
 	// What each spent per job, load included (bgjobs' HTTP clients, asynq's
@@ -306,17 +304,28 @@ func spawnBody(i, sessions int) []byte {
 
 // spawnOnly is the HTTP spawn alone: no worker runs.
 func spawnOnly(ctx context.Context, rdb redis.UniversalClient, o Options, sessions int) (time.Duration, error) {
+	r, d, err := spawned(ctx, rdb, o, sessions)
+	if err == nil {
+		r.close()
+	}
+	return d, err
+}
+
+// spawned is a rig with no worker and o.Jobs spawned over HTTP, timed.
+func spawned(ctx context.Context, rdb redis.UniversalClient, o Options, sessions int) (*rig, time.Duration, error) {
 	r, err := startRig(ctx, rdb, o, false)
 	if err != nil {
-		return 0, err
+		return nil, 0, err
 	}
-	defer r.close()
 	start := time.Now()
-	err = fanOut(o.Jobs, o.Clients, func(i int) error {
+	if err := fanOut(o.Jobs, o.Clients, func(i int) error {
 		_, err := r.post("/v1/jobs", spawnBody(i, sessions))
 		return err
-	})
-	return time.Since(start), err
+	}); err != nil {
+		r.close()
+		return nil, 0, err
+	}
+	return r, time.Since(start), nil
 }
 
 // endToEnd is bgjobs through its HTTP API: spawn, run, settle, drain, with
@@ -375,36 +384,24 @@ func (r *rig) drainAll(jobs, sessions int) <-chan error {
 	return done
 }
 
-// queuedJobs spawns o.Jobs over HTTP with no worker running; run then
-// starts the workers and times them until every job is drained, and done
-// stops it all. With spawnOnly it splits end to end into its halves.
+// queuedJobs spawns o.Jobs with no worker running; run then starts the
+// workers and times them until every job is drained, and done stops it
+// all. With spawnOnly it splits end to end into its halves.
 func queuedJobs(ctx context.Context, rdb redis.UniversalClient, o Options) (run func() (time.Duration, error), done func(), err error) {
-	r, err := startRig(ctx, rdb, o, false)
+	r, _, err := spawned(ctx, rdb, o, 1)
 	if err != nil {
-		return nil, nil, err
-	}
-	if err := fanOut(o.Jobs, o.Clients, func(i int) error {
-		_, err := r.post("/v1/jobs", spawnBody(i, 1))
-		return err
-	}); err != nil {
-		r.close()
 		return nil, nil, err
 	}
 	w := r.m.NewWorker()
 	return func() (time.Duration, error) {
-			start := time.Now()
-			drained := r.drainAll(o.Jobs, 1)
-			if err := w.Start(ctx); err != nil {
-				return 0, err
-			}
-			if err := <-drained; err != nil {
-				return 0, err
-			}
-			return time.Since(start), nil
-		}, func() {
-			w.Shutdown()
-			r.close()
-		}, nil
+		start := time.Now()
+		drained := r.drainAll(o.Jobs, 1)
+		if err := w.Start(ctx); err != nil {
+			return 0, err
+		}
+		err := <-drained
+		return time.Since(start), err
+	}, func() { w.Shutdown(); r.close() }, nil
 }
 
 // fanOut calls fn n times from workers goroutines, stopping at the first
