@@ -68,7 +68,7 @@ type Manager struct {
 	// stopping is set while the workers shut down: a task whose context
 	// ends then goes back to its queue rather than ending cancelled.
 	stopping atomic.Bool
-	running  engine.Inflight // turn and work handlers
+	running  engine.Inflight // the workers' handlers
 	kinds    *Kinds
 	// agentAllow is where agents may live in internal space.
 	agentAllow netguard.Allow

@@ -24,7 +24,6 @@ const rowWait = time.Minute
 // is the truth: a task whose row has ended does nothing, so a re-run, a late
 // delivery or a cancelled job can never run twice or change an outcome.
 func (m *Manager) ProcessTask(ctx context.Context, t *asynq.Task) error {
-	defer m.running.Enter()()
 	id, _ := asynq.GetTaskID(ctx)
 	var p engine.JobPayload
 	if err := json.Unmarshal(t.Payload(), &p); err != nil {

@@ -32,6 +32,7 @@ func (m *Manager) NewWorker() *Worker {
 	mux.HandleFunc(engine.TypeStraggler, m.follow.ProcessStraggler)
 	mux.HandleFunc(engine.TypeLapse, m.follow.ProcessLapse)
 	mux.HandleFunc(engine.TypeSeal, m.follow.ProcessSeal)
+	mux.Use(m.running.Count)
 	w := &Worker{m: m, mux: mux}
 	for _, c := range m.eng.ServerConfigs(m.cfg, m.log, followup.ErrNudgeInFlight) {
 		w.servers = append(w.servers, asynq.NewServerFromRedisClient(m.writer.AsynqClient(), c))

@@ -131,16 +131,20 @@ func (a asynqLogger) Fatal(args ...any) { a.l.Error(fmt.Sprint(args...)) }
 
 // Inflight counts the handlers running. At the shutdown timeout asynq puts
 // a running task back in its queue, ends its handler's context and returns
-// without waiting for the handler, which then hands its row back through
-// the process's writer: the shutdown waits for that (Wait) before the
-// process stops the writer under it (the row would stay running) or a
-// late handler takes the end of its context for a cancel.
+// without waiting for the handler, which then winds up through the
+// process's writer (a job's row handed back, a resume's delivery lock let
+// go): the shutdown waits for that (Wait) before the process stops the
+// writer under it (the row would stay running, the lock held until its
+// TTL) or a late handler takes the end of its context for a cancel.
 type Inflight struct{ n atomic.Int64 }
 
-// Enter counts a handler in; the func it returns counts it out.
-func (f *Inflight) Enter() func() {
-	f.n.Add(1)
-	return func() { f.n.Add(-1) }
+// Count is an asynq middleware counting the handlers it wraps.
+func (f *Inflight) Count(h asynq.Handler) asynq.Handler {
+	return asynq.HandlerFunc(func(ctx context.Context, t *asynq.Task) error {
+		f.n.Add(1)
+		defer f.n.Add(-1)
+		return h.ProcessTask(ctx, t)
+	})
 }
 
 // Wait returns once no handler runs, or after most.
