@@ -851,7 +851,7 @@ func TestShutdownWaitsForHandlersToHandBack(t *testing.T) {
 	got, err := b.m.Get(context.Background(), "alpha", j.ID)
 	require.NoError(t, err)
 	require.Equal(t, bgjobs.StatusQueued, got.Status, "handed back before Shutdown returned")
-	time.Sleep(500 * time.Millisecond) // past the handler's late look
+	b.m.running.Wait(10 * time.Second) // past the handler's late look
 	got, err = b.m.Get(context.Background(), "alpha", j.ID)
 	require.NoError(t, err)
 	require.Equal(t, bgjobs.StatusQueued, got.Status, "still queued for the next process")

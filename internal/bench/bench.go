@@ -338,7 +338,8 @@ func endToEnd(ctx context.Context, rdb redis.UniversalClient, o Options, session
 	defer r.close()
 
 	start := time.Now()
-	drained := r.drainAll(o.Jobs, sessions)
+	drained := make(chan error, 1)
+	go func() { drained <- r.drainAll(o.Jobs, sessions) }()
 	if err := fanOut(o.Jobs, o.Clients, func(i int) error {
 		_, err := r.post("/v1/jobs", spawnBody(i, sessions))
 		return err
@@ -352,36 +353,30 @@ func endToEnd(ctx context.Context, rdb redis.UniversalClient, o Options, session
 }
 
 // drainAll drains the sessions over HTTP every drainEvery (an agent drains
-// at its turn boundaries, not in a hot loop) until jobs notifications came,
-// then sends nil (or the error that stopped it) on the channel.
-func (r *rig) drainAll(jobs, sessions int) <-chan error {
-	done := make(chan error, 1)
-	go func() {
-		deadline := time.Now().Add(5 * time.Minute)
-		for drained := 0; drained < jobs; time.Sleep(drainEvery) {
-			if time.Now().After(deadline) {
-				done <- fmt.Errorf("timed out with %d of %d drained", drained, jobs)
-				return
-			}
-			for s := range sessions {
-				raw, err := r.post(fmt.Sprintf("/v1/sessions/bench-%d/drain", s), nil)
-				if err != nil {
-					done <- err
-					return
-				}
-				var res struct {
-					Notifications []json.RawMessage `json:"notifications"`
-				}
-				if err := json.Unmarshal(raw, &res); err != nil {
-					done <- err
-					return
-				}
-				drained += len(res.Notifications)
-			}
+// at its turn boundaries, not in a hot loop) until jobs notifications came.
+func (r *rig) drainAll(jobs, sessions int) error {
+	for drained, deadline := 0, time.Now().Add(5*time.Minute); drained < jobs; {
+		if time.Now().After(deadline) {
+			return fmt.Errorf("timed out with %d of %d drained", drained, jobs)
 		}
-		done <- nil
-	}()
-	return done
+		for s := range sessions {
+			raw, err := r.post(fmt.Sprintf("/v1/sessions/bench-%d/drain", s), nil)
+			if err != nil {
+				return err
+			}
+			var res struct {
+				Notifications []json.RawMessage `json:"notifications"`
+			}
+			if err := json.Unmarshal(raw, &res); err != nil {
+				return err
+			}
+			drained += len(res.Notifications)
+		}
+		if drained < jobs { // not after the last: the phase is timed to it
+			time.Sleep(drainEvery)
+		}
+	}
+	return nil
 }
 
 // queuedJobs spawns o.Jobs with no worker running; run then starts the
@@ -395,11 +390,10 @@ func queuedJobs(ctx context.Context, rdb redis.UniversalClient, o Options) (run 
 	w := r.m.NewWorker()
 	return func() (time.Duration, error) {
 		start := time.Now()
-		drained := r.drainAll(o.Jobs, 1)
 		if err := w.Start(ctx); err != nil {
 			return 0, err
 		}
-		err := <-drained
+		err := r.drainAll(o.Jobs, 1)
 		return time.Since(start), err
 	}, func() { w.Shutdown(); r.close() }, nil
 }

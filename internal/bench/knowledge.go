@@ -202,13 +202,13 @@ func knowledgeOverHTTP(ctx context.Context, rdb redis.UniversalClient, o Options
 	requests := (len(docs) + perRequest - 1) / perRequest
 	err = fanOut(requests, o.Clients, func(i int) error {
 		var body []byte
+		texts := []map[string]string{}
+		for _, d := range docs[i*perRequest : min((i+1)*perRequest, len(docs))] {
+			texts = append(texts, map[string]string{"title": d.Heading, "text": d.Body})
+		}
 		if perRequest == 1 {
-			body, _ = json.Marshal(map[string]string{"session": "chat-bench", "title": docs[i].Heading, "text": docs[i].Body})
+			body, _ = json.Marshal(map[string]string{"session": "chat-bench", "title": texts[0]["title"], "text": texts[0]["text"]})
 		} else {
-			texts := []map[string]string{}
-			for _, d := range docs[i*perRequest : min((i+1)*perRequest, len(docs))] {
-				texts = append(texts, map[string]string{"title": d.Heading, "text": d.Body})
-			}
 			body, _ = json.Marshal(map[string]any{"session": "chat-bench", "documents": texts})
 		}
 		resp, err := hc.Post(api+"/v1/knowledge", "application/json", strings.NewReader(string(body)))
@@ -217,7 +217,10 @@ func knowledgeOverHTTP(ctx context.Context, rdb redis.UniversalClient, o Options
 		}
 		defer resp.Body.Close()
 		b, _ := io.ReadAll(resp.Body)
-		if resp.StatusCode != http.StatusCreated {
+		var res struct {
+			DocIDs []string `json:"doc_ids"`
+		}
+		if resp.StatusCode != http.StatusCreated || json.Unmarshal(b, &res) != nil || perRequest > 1 && len(res.DocIDs) != len(texts) {
 			return fmt.Errorf("knowledge: %d %s", resp.StatusCode, b)
 		}
 		return nil
