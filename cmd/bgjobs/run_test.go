@@ -11,6 +11,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"regexp"
+	"runtime/debug"
 	"strings"
 	"sync"
 	"testing"
@@ -371,6 +372,18 @@ func TestRefusesNonLoopbackWithoutKeys(t *testing.T) {
 	t.Parallel()
 	err := run(context.Background(), []string{"serve", "--addr", "0.0.0.0:0"}, func(string) string { return "" }, io.Discard, io.Discard)
 	require.ErrorContains(t, err, "non-loopback")
+}
+
+// TestGCTarget: bgjobs runs at its own GC target unless GOGC chose one.
+// Not parallel: the target is the whole process's.
+func TestGCTarget(t *testing.T) {
+	saved := debug.SetGCPercent(100)
+	t.Cleanup(func() { debug.SetGCPercent(saved) })
+	require.NoError(t, run(context.Background(), []string{"--help"}, func(string) string { return "" }, io.Discard, io.Discard))
+	require.Equal(t, gcPercentDefault, debug.SetGCPercent(100), "GOGC unset: bgjobs' default")
+	env := map[string]string{"GOGC": "150"} // as the runtime read it at start
+	require.NoError(t, run(context.Background(), []string{"--help"}, func(k string) string { return env[k] }, io.Discard, io.Discard))
+	require.Equal(t, 100, debug.SetGCPercent(100), "GOGC set: left as the runtime has it")
 }
 
 func TestReadyz(t *testing.T) {

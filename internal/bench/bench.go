@@ -28,6 +28,7 @@ import (
 	"github.com/bgjobs/bgjobs"
 	"github.com/bgjobs/bgjobs/handlers"
 	"github.com/bgjobs/bgjobs/internal/bench/recall"
+	"github.com/bgjobs/bgjobs/internal/bench/stats"
 	"github.com/bgjobs/bgjobs/internal/redisconn"
 	"github.com/bgjobs/bgjobs/internal/redisns"
 	"github.com/bgjobs/bgjobs/tasks"
@@ -78,7 +79,7 @@ func Run(ctx context.Context, o Options, out io.Writer) error {
 		// prepare makes a run, its setup left out of time and cost.
 		prepare func() (run func() (time.Duration, error), done func(), err error)
 		took    []time.Duration
-		costs   []cost
+		costs   []stats.Cost
 	}{
 		{label: "raw asynq   (enqueue → no-op handler)",
 			run: func() (time.Duration, error) { return rawAsynq(ctx, rdb, o, []int{o.Concurrency}) }},
@@ -102,7 +103,7 @@ func Run(ctx context.Context, o Options, out io.Writer) error {
 					return fmt.Errorf("%s: %w", phases[i].label, err)
 				}
 			}
-			spent := meter(ctx, rdb)
+			spent := stats.Meter(ctx, rdb)
 			d, err := run()
 			c := spent(o.Jobs)
 			done()
@@ -115,7 +116,7 @@ func Run(ctx context.Context, o Options, out io.Writer) error {
 	}
 	rate := make([]float64, len(phases))
 	for i, p := range phases {
-		med := median(p.took)
+		med := stats.Median(p.took)
 		rate[i] = float64(o.Jobs) / med.Seconds()
 		fmt.Fprintf(out, "%-58s %9.0f jobs/s  (%.2fs)\n", p.label, rate[i], med.Seconds())
 	}
@@ -132,8 +133,10 @@ func Run(ctx context.Context, o Options, out io.Writer) error {
 	// enqueuers): steadier than the rates on a shared machine.
 	fmt.Fprintln(out, "per job (median of rounds; this process includes the load generator; Redis commands include those inside scripts):")
 	for i, label := range []string{"raw asynq", "bgjobs", "raw asynq split like bgjobs", "bgjobs HTTP spawn alone", "bgjobs workers alone"} {
-		medianCost(phases[i].costs).print(out, label)
+		stats.MedianCost(phases[i].costs).Print(out, label)
 	}
+	// The GC target trades memory for CPU (cmd/bgjobs sets bgjobs' own).
+	fmt.Fprintf(out, "this process's peak resident memory so far: %.0f MiB, at Go GC target %d %%\n", float64(stats.PeakRSS())/(1<<20), stats.GCPercent())
 	if err := Cluster(ctx, o, out); err != nil {
 		return err
 	}

@@ -10,6 +10,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/bgjobs/bgjobs/internal/bench/stats"
 	"github.com/bgjobs/bgjobs/internal/redisproc"
 )
 
@@ -95,7 +96,7 @@ func Cluster(ctx context.Context, o Options, out io.Writer) error {
 		}
 	}
 	rate := func(ds []time.Duration) float64 {
-		return float64(o.Jobs) / median(ds).Seconds()
+		return float64(o.Jobs) / stats.Median(ds).Seconds()
 	}
 	fmt.Fprintf(out, "cluster (3 masters) vs one redis-server, both private on this machine, %d jobs over %d sessions, median of %d rounds:\n",
 		o.Jobs, clusterSessions, o.Rounds)

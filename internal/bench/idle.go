@@ -4,14 +4,11 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"strconv"
-	"syscall"
 	"time"
-
-	"github.com/redis/go-redis/v9"
 
 	"github.com/bgjobs/bgjobs"
 	"github.com/bgjobs/bgjobs/handlers"
+	"github.com/bgjobs/bgjobs/internal/bench/stats"
 	"github.com/bgjobs/bgjobs/internal/redisns"
 	"github.com/bgjobs/bgjobs/tasks"
 )
@@ -54,41 +51,19 @@ func Idle(ctx context.Context, o Options, out io.Writer) error {
 	defer stopAPI()
 	time.Sleep(time.Second) // past start-up sweeps
 
-	cmds0, err := commandsProcessed(ctx, rdb)
+	cmds0, err := stats.CommandsProcessed(ctx, rdb)
 	if err != nil {
 		fmt.Fprintf(out, "  (this Redis does not report its command count: %v)\n", err)
 		return nil
 	}
-	cpu0 := processCPU()
+	cpu0 := stats.ProcessCPU()
 	time.Sleep(idleWindow)
-	cmds1, err := commandsProcessed(ctx, rdb)
+	cmds1, err := stats.CommandsProcessed(ctx, rdb)
 	if err != nil {
 		return err
 	}
-	cpu := processCPU() - cpu0
+	cpu := stats.ProcessCPU() - cpu0
 	fmt.Fprintf(out, "  Redis commands %6.0f /s              (goal ≤ 20; baseline ~685)\n", float64(cmds1-cmds0)/idleWindow.Seconds())
 	fmt.Fprintf(out, "  CPU            %6.1f %% of one core   (goal ≤ 1 %%; baseline 10–15 %%)\n", 100*cpu.Seconds()/idleWindow.Seconds())
 	return nil
-}
-
-// commandsProcessed is the server's total_commands_processed.
-func commandsProcessed(ctx context.Context, rdb redis.UniversalClient) (int64, error) {
-	f, err := infoFields(ctx, rdb, "stats")
-	if err != nil {
-		return 0, err
-	}
-	v, ok := f["total_commands_processed"]
-	if !ok {
-		return 0, fmt.Errorf("no total_commands_processed in INFO stats")
-	}
-	return strconv.ParseInt(v, 10, 64)
-}
-
-// processCPU is the user and system time this process has used.
-func processCPU() time.Duration {
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		return 0
-	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }

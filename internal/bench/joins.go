@@ -2,7 +2,6 @@ package bench
 
 import (
 	"bytes"
-	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -13,7 +12,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
-	"slices"
 	"strings"
 	"time"
 
@@ -22,6 +20,7 @@ import (
 	"github.com/bgjobs/bgjobs"
 	"github.com/bgjobs/bgjobs/agents"
 	"github.com/bgjobs/bgjobs/handlers"
+	"github.com/bgjobs/bgjobs/internal/bench/stats"
 	"github.com/bgjobs/bgjobs/internal/netguard"
 	"github.com/bgjobs/bgjobs/internal/redisns"
 	"github.com/bgjobs/bgjobs/tasks"
@@ -61,10 +60,10 @@ func Joins(ctx context.Context, o Options, rdb redis.UniversalClient, redisURL s
 			theirs = append(theirs, d)
 		}
 		n := float64(shape[0] * shape[1])
-		rate := n / median(mine).Seconds()
+		rate := n / stats.Median(mine).Seconds()
 		line := fmt.Sprintf("  %4d batches × %4d members   bgjobs %7.0f jobs/s", shape[0], shape[1], rate)
 		if len(theirs) > 0 {
-			peer := n / median(theirs).Seconds()
+			peer := n / stats.Median(theirs).Seconds()
 			line += fmt.Sprintf("   BullMQ flows %7.0f jobs/s   ratio %.2f (goal ≥ 1.20; baseline %s)", peer, rate/peer, joinBaselines[shape])
 		} else {
 			line += "   BullMQ: not measured (needs node, `npm ci` in internal/bench/bullmq, and a real Redis)"
@@ -72,14 +71,6 @@ func Joins(ctx context.Context, o Options, rdb redis.UniversalClient, redisURL s
 		fmt.Fprintln(out, line)
 	}
 	return nil
-}
-
-// median is the middle of v (the upper of the two middles of an even
-// count), v left as it was.
-func median[T cmp.Ordered](v []T) T {
-	s := slices.Clone(v)
-	slices.Sort(s)
-	return s[len(s)/2]
 }
 
 // bullmqDir is internal/bench/bullmq with its modules installed, or "".

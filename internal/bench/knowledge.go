@@ -18,6 +18,7 @@ import (
 	"github.com/bgjobs/bgjobs"
 	"github.com/bgjobs/bgjobs/handlers"
 	"github.com/bgjobs/bgjobs/internal/bench/recall"
+	"github.com/bgjobs/bgjobs/internal/bench/stats"
 	"github.com/bgjobs/bgjobs/internal/redisns"
 	"github.com/bgjobs/bgjobs/search"
 	"github.com/bgjobs/bgjobs/tasks"
@@ -113,7 +114,7 @@ func Knowledge(ctx context.Context, rdb redis.UniversalClient, o Options, out io
 		}
 		stream = append(stream, rate)
 	}
-	med := median[float64]
+	med := stats.Median[float64]
 	fmt.Fprintf(out, "\nknowledge indexing, %d texts of ~2 KB, median of %d rounds\n", len(docs), o.Rounds)
 	fmt.Fprintf(out, "  %-53s %6.0f docs/s\n", "bleve, batches of 1,000, bgjobs' mapping", med(raw))
 	fmt.Fprintf(out, "  %-53s %6.0f docs/s   ratio %.2f (goal ≥ 0.80)\n", "reports stream → search writer (a burst of reports)", med(stream), med(stream)/med(raw))
