@@ -8,7 +8,7 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"runtime/debug"
+	"runtime/metrics"
 	"slices"
 	"strconv"
 	"strings"
@@ -115,26 +115,26 @@ func InfoFields(ctx context.Context, rdb redis.UniversalClient, section string) 
 
 // ProcessCPU is the user and system time this process has used.
 func ProcessCPU() time.Duration {
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		return 0
-	}
+	ru := rusage()
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
 // PeakRSS is the most resident memory this process has held, in bytes.
 func PeakRSS() int64 {
+	return rusage().Maxrss * 1024 // Linux reports KiB
+}
+
+// rusage is this process's resource usage; zero if it cannot be read.
+func rusage() syscall.Rusage {
 	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		return 0
-	}
-	return ru.Maxrss * 1024 // Linux reports KiB
+	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
+	return ru
 }
 
 // GCPercent is the Go GC target the process runs at (GOGC, or what the
-// program set), read without changing it.
+// program set).
 func GCPercent() int {
-	p := debug.SetGCPercent(100)
-	debug.SetGCPercent(p)
-	return p
+	s := []metrics.Sample{{Name: "/gc/gogc:percent"}}
+	metrics.Read(s)
+	return int(s[0].Value.Uint64())
 }
