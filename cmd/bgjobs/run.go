@@ -6,6 +6,7 @@ import (
 	"os"
 	"runtime/debug"
 	"runtime/pprof"
+	"strings"
 
 	"github.com/spf13/cobra"
 
@@ -120,6 +121,7 @@ func benchCmd(ctx context.Context, stdout io.Writer) *cobra.Command {
 	cmd.Flags().IntVar(&o.Clients, "clients", 32, "concurrent HTTP clients spawning")
 	cmd.Flags().IntVar(&o.Rounds, "rounds", 3, "runs of each throughput phase, alternating; the median is reported")
 	cmd.Flags().IntVar(&o.Samples, "samples", 200, "resumes timed per target in the latency phase (0 skips it)")
+	cmd.Flags().StringSliceVar(&o.Only, "only", nil, "run only these phases (comma-separated): "+strings.Join(bench.Phases, ", "))
 	cmd.Flags().StringVar(&cpuProfile, "cpuprofile", "", "write a CPU profile of the whole run to this file")
 	cmd.Flags().DurationVar(&o.Poll, "poll", bgjobs.PollIntervalDefault, "idle worker poll interval of both phases")
 	return cmd

@@ -53,6 +53,29 @@ type Options struct {
 	Samples int
 	// RecallDocs is the corpus of the recall phase; 0 skips it.
 	RecallDocs int
+	// Only names the phases to run (see Phases); empty runs them all.
+	// A ratio is printed only when both of its phases ran.
+	Only []string
+}
+
+// Phases are the names Options.Only takes, in the order a run takes them:
+// the five throughput phases, then the sections after them.
+var Phases = []string{"asynq", "e2e", "split", "spawn", "workers", "cluster", "joins", "resume", "idle", "knowledge", "recall"}
+
+// runs reports whether the phase named is part of this run.
+func (o Options) runs(name string) bool {
+	return len(o.Only) == 0 || slices.Contains(o.Only, name)
+}
+
+// checkOnly refuses a name Phases does not list, rather than measuring
+// nothing for a typo.
+func (o Options) checkOnly() error {
+	for _, name := range o.Only {
+		if !slices.Contains(Phases, name) {
+			return fmt.Errorf("unknown phase %q: the phases are %s", name, strings.Join(Phases, ", "))
+		}
+	}
+	return nil
 }
 
 // drainEvery is how often the end-to-end phase's consumer drains.
@@ -63,6 +86,9 @@ const LocalRedisDefault = "redis://127.0.0.1:6379/14"
 
 // Run measures and prints the table to out.
 func Run(ctx context.Context, o Options, out io.Writer) error {
+	if err := o.checkOnly(); err != nil {
+		return err
+	}
 	rdb, where, closeRedis, err := connect(ctx, o.RedisURL)
 	if err != nil {
 		return err
@@ -73,25 +99,30 @@ func Run(ctx context.Context, o Options, out io.Writer) error {
 	fmt.Fprintf(out, "bgjobs bench: %d no-op jobs per phase, worker concurrency %d, %d HTTP clients, poll %s, median of %d rounds, redis %s\n",
 		o.Jobs, o.Concurrency, o.Clients, o.Poll, o.Rounds, where)
 
-	phases := []struct {
+	type phase struct {
+		name  string
 		label string
+		// short names the phase in the per-job costs.
+		short string
 		run   func() (time.Duration, error)
 		// prepare makes a run, its setup left out of time and cost.
 		prepare func() (run func() (time.Duration, error), done func(), err error)
 		took    []time.Duration
 		costs   []stats.Cost
-	}{
-		{label: "raw asynq   (enqueue → no-op handler)",
+	}
+	phases := []phase{
+		{name: "asynq", short: "raw asynq", label: "raw asynq   (enqueue → no-op handler)",
 			run: func() (time.Duration, error) { return rawAsynq(ctx, rdb, o, []int{o.Concurrency}) }},
-		{label: "bgjobs      (HTTP spawn → worker → settle → drain/10ms)",
+		{name: "e2e", short: "bgjobs", label: "bgjobs      (HTTP spawn → worker → settle → drain/10ms)",
 			run: func() (time.Duration, error) { return endToEnd(ctx, rdb, o, 1) }},
-		{label: fmt.Sprintf("raw asynq   split like bgjobs (%d servers)", len(split)),
+		{name: "split", short: "raw asynq split like bgjobs", label: fmt.Sprintf("raw asynq   split like bgjobs (%d servers)", len(split)),
 			run: func() (time.Duration, error) { return rawAsynq(ctx, rdb, o, split) }},
-		{label: "bgjobs      HTTP spawn alone (no worker)",
+		{name: "spawn", short: "bgjobs HTTP spawn alone", label: "bgjobs      HTTP spawn alone (no worker)",
 			run: func() (time.Duration, error) { return spawnOnly(ctx, rdb, o, 1) }},
-		{label: "bgjobs      workers alone (queued → settle → drain/10ms)",
+		{name: "workers", short: "bgjobs workers alone", label: "bgjobs      workers alone (queued → settle → drain/10ms)",
 			prepare: func() (func() (time.Duration, error), func(), error) { return queuedJobs(ctx, rdb, o) }},
 	}
+	phases = slices.DeleteFunc(phases, func(p phase) bool { return !o.runs(p.name) })
 	// Rounds alternate the phases, so a slow spell of a shared machine
 	// lands on all of them; the median of each is reported.
 	for range o.Rounds {
@@ -114,52 +145,72 @@ func Run(ctx context.Context, o Options, out io.Writer) error {
 			phases[i].costs = append(phases[i].costs, c)
 		}
 	}
-	rate := make([]float64, len(phases))
-	for i, p := range phases {
+	rate := map[string]float64{}
+	for _, p := range phases {
 		med := stats.Median(p.took)
-		rate[i] = float64(o.Jobs) / med.Seconds()
-		fmt.Fprintf(out, "%-58s %9.0f jobs/s  (%.2fs)\n", p.label, rate[i], med.Seconds())
+		rate[p.name] = float64(o.Jobs) / med.Seconds()
+		fmt.Fprintf(out, "%-58s %9.0f jobs/s  (%.2fs)\n", p.label, rate[p.name], med.Seconds())
 	}
-	fmt.Fprintf(out, "ratio bgjobs/asynq: %.2f (goal ≥ 0.70; baseline 0.37)\n", rate[1]/rate[0])
+	// ratio prints a line of two phases' rates when both ran.
+	ratio := func(format, a, b string) {
+		if ra, rb := rate[a], rate[b]; ra > 0 && rb > 0 {
+			fmt.Fprintf(out, format, ra/rb)
+		}
+	}
+	ratio("ratio bgjobs/asynq: %.2f (goal ≥ 0.70; baseline 0.37)\n", "e2e", "asynq")
 	// asynq fetches one task per round trip from one loop per server;
 	// bgjobs runs its work slots on several servers to lift that cap. The
 	// same split given to raw asynq shows what is left of the gap.
-	fmt.Fprintf(out, "ratio bgjobs/asynq split like bgjobs: %.2f (goal ≥ 0.50; baseline 0.32)\n", rate[1]/rate[2])
+	ratio("ratio bgjobs/asynq split like bgjobs: %.2f (goal ≥ 0.50; baseline 0.32)\n", "e2e", "split")
 	// End to end runs both halves at once on the same cores: bound by
 	// CPU alone, its rate would be the halves one after the other.
-	fmt.Fprintf(out, "bgjobs's halves one after the other: %.0f jobs/s (end to end ran at %.0f); raw asynq's enqueue and run together: %.0f\n",
-		1/(1/rate[3]+1/rate[4]), rate[1], rate[0])
+	if rate["spawn"] > 0 && rate["workers"] > 0 && rate["e2e"] > 0 && rate["asynq"] > 0 {
+		fmt.Fprintf(out, "bgjobs's halves one after the other: %.0f jobs/s (end to end ran at %.0f); raw asynq's enqueue and run together: %.0f\n",
+			1/(1/rate["spawn"]+1/rate["workers"]), rate["e2e"], rate["asynq"])
+	}
 	// What each spent per job, load included (bgjobs' HTTP clients, asynq's
 	// enqueuers): steadier than the rates on a shared machine.
-	fmt.Fprintln(out, "per job (median of rounds; this process includes the load generator; Redis commands include those inside scripts):")
-	for i, label := range []string{"raw asynq", "bgjobs", "raw asynq split like bgjobs", "bgjobs HTTP spawn alone", "bgjobs workers alone"} {
-		stats.MedianCost(phases[i].costs).Print(out, label)
+	if len(phases) > 0 {
+		fmt.Fprintln(out, "per job (median of rounds; this process includes the load generator; Redis commands include those inside scripts):")
+	}
+	for _, p := range phases {
+		stats.MedianCost(p.costs).Print(out, p.short)
 	}
 	// The GC target trades memory for CPU (cmd/bgjobs sets bgjobs' own).
 	fmt.Fprintf(out, "this process's peak resident memory so far: %.0f MiB, at Go GC target %d %%\n", float64(stats.PeakRSS())/(1<<20), stats.GCPercent())
-	if err := Cluster(ctx, o, out); err != nil {
-		return err
+	if o.runs("cluster") {
+		if err := Cluster(ctx, o, out); err != nil {
+			return err
+		}
 	}
 	bullURL := redisURLOf(rdb)
 	if strings.HasPrefix(where, "embedded") {
 		bullURL = "" // BullMQ's scripts need a real Redis
 	}
-	if err := Joins(ctx, o, rdb, bullURL, out); err != nil {
-		return err
+	if o.runs("joins") {
+		if err := Joins(ctx, o, rdb, bullURL, out); err != nil {
+			return err
+		}
 	}
 	if o.Samples == 0 {
 		return nil
 	}
-	if err := Resume(ctx, o, out); err != nil {
-		return err
+	for _, section := range []struct {
+		name string
+		run  func() error
+	}{
+		{"resume", func() error { return Resume(ctx, o, out) }},
+		{"idle", func() error { return Idle(ctx, o, out) }},
+		{"knowledge", func() error { return Knowledge(ctx, rdb, o, out) }},
+	} {
+		if !o.runs(section.name) {
+			continue
+		}
+		if err := section.run(); err != nil {
+			return err
+		}
 	}
-	if err := Idle(ctx, o, out); err != nil {
-		return err
-	}
-	if err := Knowledge(ctx, rdb, o, out); err != nil {
-		return err
-	}
-	if o.RecallDocs == 0 {
+	if o.RecallDocs == 0 || !o.runs("recall") {
 		return nil
 	}
 	return recall.Run(ctx, o.RecallDocs, 200, out)
