@@ -60,25 +60,42 @@ func newMapping() mapping.IndexMapping {
 	num := bleve.NewNumericFieldMapping()
 	date := bleve.NewDateTimeFieldMapping()
 	flag := bleve.NewBooleanFieldMapping()
+	stored := bleve.NewKeywordFieldMapping()
+	stored.Analyzer = keyword.Name
 	// Recall names its fields; nothing queries the composite _all field,
 	// so indexing into it is wasted work and disk. Doc values serve sorting
 	// and facets, which recall does not ask for (it ranks by score):
 	// without them small batches indexed 0–14 % faster (about 7 % at the
 	// median over four alternating pairs).
-	for _, f := range []*mapping.FieldMapping{kw, text, num, date, flag} {
+	for _, f := range []*mapping.FieldMapping{kw, text, num, date, flag, stored} {
 		f.IncludeInAll = false
 		f.DocValues = false
 	}
 
+	// Fields recall only hands back are stored, not indexed: a number or a
+	// date is indexed as sixteen terms, and every indexed field costs each
+	// new segment a dictionary, which for the small batches of callers
+	// waiting on their text is a cost per batch, not per document. Both
+	// mappings in one process, alternating: 396 → 337 µs a document in
+	// batches of 18, 484 → 418 in batches of 1,000. An index made before
+	// keeps the mapping it was made with (bleve stores it) until reindex.
+	for _, f := range []*mapping.FieldMapping{num, date, stored} {
+		f.Index = false
+	}
+
 	dm := bleve.NewDocumentStaticMapping()
-	for _, f := range []string{"doc_id", "job_id", "agent", "session", "source_type"} {
+	for _, f := range []string{"job_id", "agent", "session", "source_type"} {
 		dm.AddFieldMappingsAt(f, kw)
 	}
+	dm.AddFieldMappingsAt("doc_id", stored) // the hit's own id says it
 	dm.AddFieldMappingsAt("heading", text)
 	dm.AddFieldMappingsAt("body", text)
 	dm.AddFieldMappingsAt("trust_tier", num)
 	dm.AddFieldMappingsAt("created_at", date)
 	dm.AddFieldMappingsAt("superseded", flag)
+	// With every field out of it, _all would still be built, empty, in
+	// every segment; disabled, it is not there at all.
+	dm.AddSubDocumentMapping("_all", bleve.NewDocumentDisabledMapping())
 
 	im := bleve.NewIndexMapping()
 	im.AddDocumentMapping(docType, dm)

@@ -122,3 +122,38 @@ func TestCompareIDs(t *testing.T) {
 	require.Equal(t, -1, CompareIDs("5-2", "5-10"))
 	require.Equal(t, 0, CompareIDs("5-2", "5-2"))
 }
+
+// TestStoredOnlyFieldsComeBack: what recall only hands back (the document's
+// id, trust tier and time) is stored but not indexed, and _all is not built:
+// a hit still carries every one of them.
+func TestStoredOnlyFieldsComeBack(t *testing.T) {
+	t.Parallel()
+	x := openTest(t)
+	d := doc("s1", "alpha", "chat-1", "harbour fuel figures")
+	d.TrustTier, d.CreatedAt = TrustExternal, time.Date(2026, 3, 4, 5, 6, 7, 0, time.UTC)
+	require.NoError(t, x.Apply([]Doc{d}, "1-0"))
+	res, err := x.Recall(context.Background(), RecallRequest{Agent: "alpha", Query: "harbour"})
+	require.NoError(t, err)
+	require.Len(t, res.Hits, 1)
+	h := res.Hits[0]
+	require.Equal(t, "s1", h.DocID)
+	require.Equal(t, TrustExternal, h.TrustTier)
+	require.True(t, d.CreatedAt.Equal(h.CreatedAt), "created_at %v, want %v", h.CreatedAt, d.CreatedAt)
+	// firstTerm closes its dictionary before anything is asserted: an
+	// open one holds the index, and Close (the test's cleanup) would wait.
+	firstTerm := func(field string) string {
+		dict, err := x.idx.FieldDict(field)
+		require.NoError(t, err)
+		entry, err := dict.Next()
+		require.NoError(t, dict.Close())
+		require.NoError(t, err)
+		if entry == nil {
+			return ""
+		}
+		return entry.Term
+	}
+	for _, field := range []string{"doc_id", "trust_tier", "created_at", "_all"} {
+		require.Empty(t, firstTerm(field), "field %s has terms in the index", field)
+	}
+	require.NotEmpty(t, firstTerm("body"), "body has no terms: the check above would pass for nothing")
+}
