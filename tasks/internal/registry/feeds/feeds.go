@@ -5,7 +5,6 @@ package feeds
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"maps"
 	"time"
@@ -44,7 +43,7 @@ func (s *Store) Queue(e bgjobs.Event) pipeline.Op {
 	e.Result = bgjobs.CutRunes(e.Result, bgjobs.EventTextChars)
 	e.Error = bgjobs.CutRunes(e.Error, bgjobs.EventTextChars)
 	e.Text = bgjobs.CutRunes(e.Text, bgjobs.EventTextChars)
-	data, _ := json.Marshal(e) // an Event always marshals
+	data := e.AppendJSON(make([]byte, 0, 256))
 	// The op holds the encoded entry alone, not the event it came from.
 	args := &redis.XAddArgs{Stream: s.k.EventStream(e.Agent), MaxLen: EventStreamLen, Approx: true, Values: []any{"type", e.Type, "data", data}}
 	return func(ctx context.Context, p redis.Pipeliner) { p.XAdd(ctx, args) }
