@@ -32,6 +32,7 @@ test:
 fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzDecodeSpawn$$' -fuzztime $(FUZZTIME) ./handlers
 	$(GO) test -run '^$$' -fuzz '^FuzzDecodeAgent$$' -fuzztime $(FUZZTIME) ./handlers
+	$(GO) test -run '^$$' -fuzz '^FuzzDecodeBatch$$' -fuzztime $(FUZZTIME) ./handlers
 	$(GO) test -run '^$$' -fuzz '^FuzzEventJSON$$' -fuzztime $(FUZZTIME) .
 
 # Throughput of bgjobs end to end beside raw asynq, same Redis, same

@@ -2,9 +2,12 @@ package handlers
 
 import (
 	"errors"
+	"reflect"
+	"strings"
 	"testing"
 
 	"github.com/bgjobs/bgjobs"
+	"github.com/bgjobs/bgjobs/tasks"
 )
 
 // The decoders must turn any input into a value or an *bgjobs.Error with a
@@ -40,4 +43,44 @@ func FuzzDecodeAgent(f *testing.F) {
 	fuzzDecode[agentBody](f,
 		`{"a2a_url":"http://127.0.0.1:9000/a2a","resume":"a2a","auto_resume":true,"subagent_types":{"r":"You are"}}`,
 		`{"subagent_types":{"":1}}`, `{"auto_resume":"yes"}`)
+}
+
+// FuzzDecodeBatch: the one-pass decode of a batch gives exactly what
+// decoding each member on its own gives, bad members included.
+func FuzzDecodeBatch(f *testing.F) {
+	for _, s := range []string{
+		`{"origin_session":"s","jobs":[{"kind":"work","description":"m","work":{"type":"echo","args":{"text":"m"}}},{"prompt":"p","subagent_type":"r"}]}`,
+		`{"origin_session":"s","jobs":[{"kind":"work"},{"kind":1},{"nope":true},null,{"incognito":"yes"}]}`,
+		`{"origin_session":"s","jobs":null}`, `{"origin_session":"s","extra":1,"jobs":[]}`, `{"jobs":[{}],"jobs":[{"kind":"turn"}]}`,
+		`{"jobs":[{"work":{"type":"echo","args":[1, {"a" : null}]}}]}`, `[]`, ``,
+	} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, body []byte) {
+		s1, specs1, err1 := decodeBatch(body)
+		s2, specs2, err2 := decodeBatchByMember(body)
+		if s1 != s2 || !reflect.DeepEqual(specs1, specs2) || !reflect.DeepEqual(err1, err2) {
+			t.Fatalf("one pass: %q %+v %v\nby member: %q %+v %v", s1, specs1, err1, s2, specs2, err2)
+		}
+	})
+}
+
+// BenchmarkDecodeBatch: a batch of ten work jobs, decoded in one pass
+// beside member by member.
+func BenchmarkDecodeBatch(b *testing.B) {
+	member := `{"kind":"work","description":"member","work":{"type":"echo","args":{"text":"m"}}}`
+	body := []byte(`{"origin_session":"join-1","jobs":[` + strings.Repeat(member+",", 9) + member + `]}`)
+	for _, way := range []struct {
+		name   string
+		decode func([]byte) (string, []tasks.SpawnRequest, error)
+	}{{"one pass", decodeBatch}, {"by member", decodeBatchByMember}} {
+		b.Run(way.name, func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				if _, _, err := way.decode(body); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
 }

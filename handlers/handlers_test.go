@@ -254,3 +254,42 @@ func TestMonitoringWakesTheWorkers(t *testing.T) {
 	require.Equal(t, http.StatusNoContent, code)
 	testenv.Eventually(t, 20*time.Second, "the job runs once its queue is resumed", func() bool { return status() == "completed" })
 }
+
+// TestBatchWithABadMemberOverHTTP: a batch decodes in one pass, but a member
+// that does not decode is still skipped on its own, named by index and
+// field, while the others spawn.
+func TestBatchWithABadMemberOverHTTP(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	echo := `{"kind":"work","description":"d","work":{"type":"echo","args":{"text":"x"}}}`
+	for _, tc := range []struct {
+		desc      string
+		members   string
+		spawned   []float64
+		skipped   float64
+		wantField string
+	}{
+		{desc: "all good", members: echo + "," + echo, spawned: []float64{0, 1}},
+		{desc: "an unknown field", members: echo + `,{"kind":"work","colour":"red"},` + echo, spawned: []float64{0, 2}, skipped: 1, wantField: "colour"},
+		{desc: "a wrong type", members: `{"incognito":"yes"},` + echo, spawned: []float64{1}, skipped: 0, wantField: "incognito"},
+	} {
+		t.Run(tc.desc, func(t *testing.T) {
+			status, out := b.do(t, "POST", "/v1/batches", `{"origin_session":"chat-b","jobs":[`+tc.members+`]}`, nil)
+			require.Equal(t, http.StatusAccepted, status, "%v", out)
+			var spawned []float64
+			for _, j := range out["jobs"].([]any) {
+				spawned = append(spawned, j.(map[string]any)["index"].(float64))
+			}
+			require.Equal(t, tc.spawned, spawned)
+			skipped, _ := out["skipped"].([]any)
+			if tc.wantField == "" {
+				require.Empty(t, skipped)
+				return
+			}
+			require.Len(t, skipped, 1)
+			skip := skipped[0].(map[string]any)
+			require.Equal(t, tc.skipped, skip["index"])
+			require.Equal(t, tc.wantField, skip["error"].(map[string]any)["field"])
+		})
+	}
+}
