@@ -60,8 +60,7 @@ func newMapping() mapping.IndexMapping {
 	num := bleve.NewNumericFieldMapping()
 	date := bleve.NewDateTimeFieldMapping()
 	flag := bleve.NewBooleanFieldMapping()
-	stored := bleve.NewKeywordFieldMapping()
-	stored.Analyzer = keyword.Name
+	stored := bleve.NewKeywordFieldMapping() // not indexed: see below
 	// Recall names its fields; nothing queries the composite _all field,
 	// so indexing into it is wasted work and disk. Doc values serve sorting
 	// and facets, which recall does not ask for (it ranks by score):

@@ -178,42 +178,37 @@ func Run(ctx context.Context, o Options, out io.Writer) error {
 	}
 	// The GC target trades memory for CPU (cmd/bgjobs sets bgjobs' own).
 	fmt.Fprintf(out, "this process's peak resident memory so far: %.0f MiB, at Go GC target %d %%\n", float64(stats.PeakRSS())/(1<<20), stats.GCPercent())
-	if o.runs("cluster") {
-		if err := Cluster(ctx, o, out); err != nil {
-			return err
-		}
-	}
 	bullURL := redisURLOf(rdb)
 	if strings.HasPrefix(where, "embedded") {
 		bullURL = "" // BullMQ's scripts need a real Redis
 	}
-	if o.runs("joins") {
-		if err := Joins(ctx, o, rdb, bullURL, out); err != nil {
-			return err
-		}
-	}
-	if o.Samples == 0 {
-		return nil
-	}
+	// The sections after the throughput table; --samples 0 skips the
+	// latency phase and everything after it.
 	for _, section := range []struct {
-		name string
-		run  func() error
+		name         string
+		needsSamples bool
+		run          func() error
 	}{
-		{"resume", func() error { return Resume(ctx, o, out) }},
-		{"idle", func() error { return Idle(ctx, o, out) }},
-		{"knowledge", func() error { return Knowledge(ctx, rdb, o, out) }},
+		{"cluster", false, func() error { return Cluster(ctx, o, out) }},
+		{"joins", false, func() error { return Joins(ctx, o, rdb, bullURL, out) }},
+		{"resume", true, func() error { return Resume(ctx, o, out) }},
+		{"idle", true, func() error { return Idle(ctx, o, out) }},
+		{"knowledge", true, func() error { return Knowledge(ctx, rdb, o, out) }},
+		{"recall", true, func() error {
+			if o.RecallDocs == 0 {
+				return nil
+			}
+			return recall.Run(ctx, o.RecallDocs, 200, out)
+		}},
 	} {
-		if !o.runs(section.name) {
+		if !o.runs(section.name) || section.needsSamples && o.Samples == 0 {
 			continue
 		}
 		if err := section.run(); err != nil {
 			return err
 		}
 	}
-	if o.RecallDocs == 0 || !o.runs("recall") {
-		return nil
-	}
-	return recall.Run(ctx, o.RecallDocs, 200, out)
+	return nil
 }
 
 func connect(ctx context.Context, url string) (redis.UniversalClient, string, func(), error) {
