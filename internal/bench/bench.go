@@ -4,7 +4,6 @@
 package bench
 
 import (
-	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -330,16 +329,16 @@ func startRig(ctx context.Context, rdb redis.UniversalClient, o Options, workers
 	go func() { _ = srv.Serve(ln) }()
 	closers = append(closers, func() { _ = srv.Close() })
 	base := "http://" + ln.Addr().String()
-	hc := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: o.Clients + 1}}
+	pc, err := newPoster(base, o.Clients+1)
+	if err != nil {
+		done()
+		return nil, err
+	}
+	closers = append(closers, pc.close)
 	post := func(path string, b []byte) ([]byte, error) {
-		resp, err := hc.Post(base+path, "application/json", bytes.NewReader(b))
-		if err != nil {
-			return nil, err
-		}
-		defer resp.Body.Close()
-		raw, err := io.ReadAll(resp.Body)
-		if resp.StatusCode >= 300 {
-			return nil, fmt.Errorf("%s: %d %s", path, resp.StatusCode, raw)
+		status, raw, err := pc.post(path, b)
+		if err == nil && status >= 300 {
+			err = fmt.Errorf("%s: %d %s", path, status, raw)
 		}
 		return raw, err
 	}

@@ -130,19 +130,21 @@ func bgjobsJoins(ctx context.Context, rdb redis.UniversalClient, o Options, batc
 	}
 	member := `{"kind":"work","description":"member","work":{"type":"echo","args":{"text":"m"}}}`
 	members := strings.Repeat(member+",", size-1) + member
-	hc := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: o.Clients + 1}}
+	pc, err := newPoster(api, o.Clients+1)
+	if err != nil {
+		return 0, err
+	}
+	defer pc.close()
 	ids := make([]string, batches)
 	start := time.Now()
 	if err := fanOut(batches, o.Clients, func(i int) error {
 		body := fmt.Sprintf(`{"origin_session":"join-%d","jobs":[%s]}`, i, members)
-		resp, err := hc.Post(api+"/v1/batches", "application/json", strings.NewReader(body))
+		status, raw, err := pc.post("/v1/batches", []byte(body))
 		if err != nil {
 			return err
 		}
-		defer resp.Body.Close()
-		raw, _ := io.ReadAll(resp.Body)
-		if resp.StatusCode != http.StatusAccepted {
-			return fmt.Errorf("batch: %d %s", resp.StatusCode, raw)
+		if status != http.StatusAccepted {
+			return fmt.Errorf("batch: %d %s", status, raw)
 		}
 		var res bgjobs.BatchResult
 		if err := json.Unmarshal(raw, &res); err != nil {

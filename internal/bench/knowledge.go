@@ -9,7 +9,6 @@ import (
 	"math/rand/v2"
 	"net/http"
 	"os"
-	"strings"
 	"sync/atomic"
 	"time"
 
@@ -198,7 +197,11 @@ func knowledgeOverHTTP(ctx context.Context, rdb redis.UniversalClient, o Options
 		return 0, 0, err
 	}
 	defer stop()
-	hc := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: o.Clients + 1}}
+	pc, err := newPoster(api, o.Clients+1)
+	if err != nil {
+		return 0, 0, err
+	}
+	defer pc.close()
 	start := time.Now()
 	requests := (len(docs) + perRequest - 1) / perRequest
 	err = fanOut(requests, o.Clients, func(i int) error {
@@ -212,17 +215,15 @@ func knowledgeOverHTTP(ctx context.Context, rdb redis.UniversalClient, o Options
 		} else {
 			body, _ = json.Marshal(map[string]any{"session": "chat-bench", "documents": texts})
 		}
-		resp, err := hc.Post(api+"/v1/knowledge", "application/json", strings.NewReader(string(body)))
+		status, b, err := pc.post("/v1/knowledge", body)
 		if err != nil {
 			return err
 		}
-		defer resp.Body.Close()
-		b, _ := io.ReadAll(resp.Body)
 		var res struct {
 			DocIDs []string `json:"doc_ids"`
 		}
-		if resp.StatusCode != http.StatusCreated || json.Unmarshal(b, &res) != nil || perRequest > 1 && len(res.DocIDs) != len(texts) {
-			return fmt.Errorf("knowledge: %d %s", resp.StatusCode, b)
+		if status != http.StatusCreated || json.Unmarshal(b, &res) != nil || perRequest > 1 && len(res.DocIDs) != len(texts) {
+			return fmt.Errorf("knowledge: %d %s", status, b)
 		}
 		return nil
 	})

@@ -1,0 +1,97 @@
+package bench
+
+import (
+	"bufio"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"strconv"
+	"strings"
+)
+
+// poster is the bench's HTTP load generator: JSON POSTs over kept-alive
+// HTTP/1.1 connections, one request at a time on each, written and read on
+// the caller's goroutine. net/http's client hands every request to a
+// writer and a reader goroutine of its connection; on two cores shared
+// with the server under test, that hand-off cost the spawn phase about a
+// quarter of the process's CPU, charged to bgjobs although an agent's
+// client runs elsewhere. The answer is parsed by net/http itself.
+type poster struct {
+	addr string // host:port
+	// idle holds connections between requests; a caller that finds none
+	// dials one, so there are as many as callers at once.
+	idle chan *posterConn
+}
+
+type posterConn struct {
+	net.Conn
+	r   *bufio.Reader
+	buf []byte
+}
+
+// newPoster posts to base ("http://host:port"), keeping up to conns
+// connections open.
+func newPoster(base string, conns int) (*poster, error) {
+	addr, ok := strings.CutPrefix(base, "http://")
+	if !ok || strings.Contains(addr, "/") {
+		return nil, fmt.Errorf("poster: %q is not http://host:port", base)
+	}
+	return &poster{addr: addr, idle: make(chan *posterConn, conns)}, nil
+}
+
+// post sends body to path and returns the status and the answer's body.
+// A connection that failed or that the server will close is dropped.
+func (p *poster) post(path string, body []byte) (int, []byte, error) {
+	var c *posterConn
+	select {
+	case c = <-p.idle:
+	default:
+		nc, err := net.Dial("tcp", p.addr)
+		if err != nil {
+			return 0, nil, err
+		}
+		c = &posterConn{Conn: nc, r: bufio.NewReader(nc)}
+	}
+	c.buf = append(c.buf[:0], "POST "...)
+	c.buf = append(c.buf, path...)
+	c.buf = append(c.buf, " HTTP/1.1\r\nHost: "...)
+	c.buf = append(c.buf, p.addr...)
+	c.buf = append(c.buf, "\r\nContent-Type: application/json\r\nContent-Length: "...)
+	c.buf = strconv.AppendInt(c.buf, int64(len(body)), 10)
+	c.buf = append(c.buf, "\r\n\r\n"...)
+	c.buf = append(c.buf, body...)
+	if _, err := c.Write(c.buf); err != nil {
+		_ = c.Close()
+		return 0, nil, err
+	}
+	resp, err := http.ReadResponse(c.r, nil)
+	if err != nil {
+		_ = c.Close()
+		return 0, nil, err
+	}
+	raw, err := io.ReadAll(resp.Body)
+	_ = resp.Body.Close()
+	if err != nil || resp.Close {
+		_ = c.Close()
+	} else {
+		select {
+		case p.idle <- c:
+		default:
+			_ = c.Close()
+		}
+	}
+	return resp.StatusCode, raw, err
+}
+
+// close closes the idle connections.
+func (p *poster) close() {
+	for {
+		select {
+		case c := <-p.idle:
+			_ = c.Close()
+		default:
+			return
+		}
+	}
+}

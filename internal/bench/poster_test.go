@@ -1,0 +1,77 @@
+package bench
+
+import (
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync/atomic"
+	"testing"
+)
+
+// TestPosterSpeaksHTTP posts as the bench does: bodies arrive whole, answers
+// come back with their status whether sized or chunked, kept-alive
+// connections are reused, and one the server closes is replaced.
+func TestPosterSpeaksHTTP(t *testing.T) {
+	var conns atomic.Int64
+	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		if r.Method != http.MethodPost || r.Header.Get("Content-Type") != "application/json" {
+			http.Error(w, "want a JSON POST", http.StatusBadRequest)
+			return
+		}
+		switch r.URL.Path {
+		case "/chunked":
+			w.WriteHeader(http.StatusAccepted)
+			for range 3 {
+				_, _ = w.Write([]byte(strings.Repeat("x", 3000)))
+				w.(http.Flusher).Flush()
+			}
+		case "/close":
+			w.Header().Set("Connection", "close")
+			fmt.Fprintf(w, "bye %s", body)
+		default:
+			w.WriteHeader(http.StatusCreated)
+			fmt.Fprintf(w, "got %s", body)
+		}
+	}))
+	srv.Config.ConnState = func(_ net.Conn, s http.ConnState) {
+		if s == http.StateNew {
+			conns.Add(1)
+		}
+	}
+	srv.Start()
+	defer srv.Close()
+	p, err := newPoster(srv.URL, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.close()
+	for i := range 5 {
+		status, raw, err := p.post("/echo", fmt.Appendf(nil, `{"n":%d}`, i))
+		if err != nil || status != http.StatusCreated || string(raw) != fmt.Sprintf(`got {"n":%d}`, i) {
+			t.Fatalf("post %d: %d %q %v", i, status, raw, err)
+		}
+	}
+	if n := conns.Load(); n != 1 {
+		t.Errorf("%d connections for 5 posts in a row, want 1 kept alive", n)
+	}
+	status, raw, err := p.post("/chunked", nil)
+	if err != nil || status != http.StatusAccepted || len(raw) != 9000 {
+		t.Fatalf("chunked: %d, %d bytes, %v", status, len(raw), err)
+	}
+	if status, raw, err = p.post("/close", []byte("{}")); err != nil || string(raw) != "bye {}" {
+		t.Fatalf("close: %d %q %v", status, raw, err)
+	}
+	if status, _, err = p.post("/echo", []byte("{}")); err != nil || status != http.StatusCreated {
+		t.Fatalf("after a close: %d %v", status, err)
+	}
+	if n := conns.Load(); n != 2 {
+		t.Errorf("%d connections, want 2: the closed one replaced once", n)
+	}
+	if _, err := newPoster("https://example.test", 1); err == nil {
+		t.Error("an https base was taken")
+	}
+}
