@@ -17,10 +17,12 @@ import (
 )
 
 // Memory is the knowledge store the API serves: recall over the index, and
-// waiting for a fed document to become searchable.
+// waiting for a fed document to become searchable, read back from the
+// stream (WaitFor) or offered by this process ahead of that read (Expect).
 type Memory interface {
 	Recall(ctx context.Context, r search.RecallRequest) (*search.RecallResult, error)
 	WaitFor(ctx context.Context, streamID string) error
+	Expect(docs []search.Doc) *search.Offer
 }
 
 // KnowledgeMaxBytes caps text indexed through POST /v1/knowledge.
@@ -153,13 +155,18 @@ func handleKnowledge(m *tasks.Manager, mem Memory) echo.HandlerFunc {
 			ids[i] = passages[0].DocID
 			docs = append(docs, passages...)
 		}
+		offer := mem.Expect(docs)
+		defer offer.Cancel()
 		last, err := m.AppendDocs(ctx, docs)
 		if err != nil {
 			return err
 		}
+		// Durable either way; this makes the texts searchable before we answer.
 		waitCtx, cancel := context.WithTimeout(ctx, 5*time.Second)
 		defer cancel()
-		_ = mem.WaitFor(waitCtx, last) // durable either way; this makes it searchable before we answer
+		if offer.Apply(waitCtx) != nil {
+			_ = mem.WaitFor(waitCtx, last)
+		}
 		if single {
 			return c.JSON(http.StatusCreated, map[string]any{"doc_id": ids[0], "passages": len(docs)})
 		}

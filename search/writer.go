@@ -51,6 +51,15 @@ type Writer struct {
 	mu      sync.Mutex
 	applied string
 	changed chan struct{}
+
+	// slots holds one token per batch being applied, the read's and
+	// offers' alike (applyingMax).
+	slots chan struct{}
+	// offers feeds offerLoop; stopped is closed once it has returned.
+	offers  chan *Offer
+	stopped chan struct{}
+	earlyMu sync.Mutex
+	early   map[string]*Offer // doc id → the offer applying it ahead of the read
 }
 
 // AliveTTL is how long AliveKey outlives the writer's last refresh.
@@ -69,8 +78,11 @@ func (w *Writer) Start(ctx context.Context) error {
 		return err
 	}
 	w.applied, w.changed = from, make(chan struct{})
+	w.slots, w.offers, w.stopped = make(chan struct{}, applyingMax), make(chan *Offer), make(chan struct{})
+	w.early = map[string]*Offer{}
 	ctx, w.stop = context.WithCancel(ctx)
 	w.wg.Go(func() { w.loop(ctx, from) })
+	w.wg.Go(func() { w.offerLoop(ctx) })
 	return nil
 }
 
@@ -195,7 +207,7 @@ func (w *Writer) loop(ctx context.Context, from string) {
 		if ms, _ := splitID(msgs[0].ID); ms > 0 {
 			metrics.IndexLag.Set(max(0, time.Since(time.UnixMilli(int64(ms))).Seconds()))
 		}
-		b := &batch{docs: parseEntries(msgs, w.Log), last: msgs[len(msgs)-1].ID, gen: gen,
+		b := &batch{docs: parseEntries(msgs, w.Log, func(id string) bool { return w.offeredAndApplied(ctx, id) }), last: msgs[len(msgs)-1].ID, gen: gen,
 			done: make(chan error, 1), finished: make(chan struct{})}
 		for len(flight) > 0 && isClosed(flight[0].finished) {
 			flight = flight[1:]
@@ -211,10 +223,20 @@ func (w *Writer) loop(ctx context.Context, from string) {
 		if failed.Load() {
 			continue // reset at the loop's top; b is read again
 		}
-		if len(flight) == 0 {
-			b.checkpoint = b.last
+		switch {
+		case len(b.docs) == 0:
+			b.done <- nil // offers applied them all: complete records the checkpoint
+		default:
+			if len(flight) == 0 {
+				b.checkpoint = b.last
+			}
+			go func() {
+				w.slots <- struct{}{}
+				err := w.applyFunc()(b.docs, b.checkpoint)
+				<-w.slots
+				b.done <- err
+			}()
 		}
-		go func() { b.done <- w.applyFunc()(b.docs, b.checkpoint) }()
 		queue <- b
 		from, lastBatch = b.last, len(msgs)
 		flight = append(flight, b)
@@ -245,7 +267,7 @@ func (w *Writer) complete(ctx context.Context, queue <-chan *batch, failed *atom
 			close(w.changed)
 			w.changed = make(chan struct{})
 			w.mu.Unlock()
-			if w.OnIndexed != nil {
+			if w.OnIndexed != nil && len(b.docs) > 0 {
 				w.OnIndexed(ctx, b.docs)
 			}
 		}
@@ -368,7 +390,7 @@ func Rebuild(ctx context.Context, dir string, rdb redis.UniversalClient, stream 
 		if len(msgs) == 0 {
 			return x.Count()
 		}
-		docs := parseEntries(msgs, log)
+		docs := parseEntries(msgs, log, nil)
 		from = msgs[len(msgs)-1].ID
 		if err := x.Apply(docs, from); err != nil {
 			return 0, err
@@ -376,15 +398,23 @@ func Rebuild(ctx context.Context, dir string, rdb redis.UniversalClient, stream 
 	}
 }
 
-// parseEntries reads the documents of stream entries; an unreadable entry is
-// logged and skipped, never retried forever.
-func parseEntries(msgs []redis.XMessage, log *slog.Logger) []Doc {
+// parseEntries reads the documents of stream entries, leaving out those
+// skip (if any) says were applied already; an unreadable entry is logged
+// and skipped, never retried forever.
+func parseEntries(msgs []redis.XMessage, log *slog.Logger, skip func(docID string) bool) []Doc {
 	docs := make([]Doc, 0, len(msgs))
 	for _, m := range msgs {
-		var d Doc
 		raw, _ := m.Values["doc"].(string)
+		id, known := leadingDocID(raw)
+		if known && skip != nil && skip(id) {
+			continue
+		}
+		var d Doc
 		if err := json.Unmarshal([]byte(raw), &d); err != nil || d.DocID == "" {
 			log.Error("reports stream entry unreadable; skipped", slog.String("id", m.ID), slog.Any("err", err))
+			continue
+		}
+		if !known && skip != nil && skip(d.DocID) {
 			continue
 		}
 		docs = append(docs, d)

@@ -26,6 +26,7 @@ import (
 
 	"github.com/bgjobs/bgjobs"
 	"github.com/bgjobs/bgjobs/handlers"
+	"github.com/bgjobs/bgjobs/internal/bench/loadgen"
 	"github.com/bgjobs/bgjobs/internal/bench/recall"
 	"github.com/bgjobs/bgjobs/internal/bench/stats"
 	"github.com/bgjobs/bgjobs/internal/redisconn"
@@ -329,14 +330,14 @@ func startRig(ctx context.Context, rdb redis.UniversalClient, o Options, workers
 	go func() { _ = srv.Serve(ln) }()
 	closers = append(closers, func() { _ = srv.Close() })
 	base := "http://" + ln.Addr().String()
-	pc, err := newPoster(base, o.Clients+1)
+	pc, err := loadgen.New(base, o.Clients+1)
 	if err != nil {
 		done()
 		return nil, err
 	}
-	closers = append(closers, pc.close)
+	closers = append(closers, pc.Close)
 	post := func(path string, b []byte) ([]byte, error) {
-		status, raw, err := pc.post(path, b)
+		status, raw, err := pc.Post(path, b)
 		if err == nil && status >= 300 {
 			err = fmt.Errorf("%s: %d %s", path, status, raw)
 		}

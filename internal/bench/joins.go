@@ -20,6 +20,7 @@ import (
 	"github.com/bgjobs/bgjobs"
 	"github.com/bgjobs/bgjobs/agents"
 	"github.com/bgjobs/bgjobs/handlers"
+	"github.com/bgjobs/bgjobs/internal/bench/loadgen"
 	"github.com/bgjobs/bgjobs/internal/bench/stats"
 	"github.com/bgjobs/bgjobs/internal/netguard"
 	"github.com/bgjobs/bgjobs/internal/redisns"
@@ -130,16 +131,16 @@ func bgjobsJoins(ctx context.Context, rdb redis.UniversalClient, o Options, batc
 	}
 	member := `{"kind":"work","description":"member","work":{"type":"echo","args":{"text":"m"}}}`
 	members := strings.Repeat(member+",", size-1) + member
-	pc, err := newPoster(api, o.Clients+1)
+	pc, err := loadgen.New(api, o.Clients+1)
 	if err != nil {
 		return 0, err
 	}
-	defer pc.close()
+	defer pc.Close()
 	ids := make([]string, batches)
 	start := time.Now()
 	if err := fanOut(batches, o.Clients, func(i int) error {
 		body := fmt.Sprintf(`{"origin_session":"join-%d","jobs":[%s]}`, i, members)
-		status, raw, err := pc.post("/v1/batches", []byte(body))
+		status, raw, err := pc.Post("/v1/batches", []byte(body))
 		if err != nil {
 			return err
 		}

@@ -16,6 +16,7 @@ import (
 
 	"github.com/bgjobs/bgjobs"
 	"github.com/bgjobs/bgjobs/handlers"
+	"github.com/bgjobs/bgjobs/internal/bench/loadgen"
 	"github.com/bgjobs/bgjobs/internal/bench/recall"
 	"github.com/bgjobs/bgjobs/internal/bench/stats"
 	"github.com/bgjobs/bgjobs/internal/redisns"
@@ -197,11 +198,11 @@ func knowledgeOverHTTP(ctx context.Context, rdb redis.UniversalClient, o Options
 		return 0, 0, err
 	}
 	defer stop()
-	pc, err := newPoster(api, o.Clients+1)
+	pc, err := loadgen.New(api, o.Clients+1)
 	if err != nil {
 		return 0, 0, err
 	}
-	defer pc.close()
+	defer pc.Close()
 	start := time.Now()
 	requests := (len(docs) + perRequest - 1) / perRequest
 	err = fanOut(requests, o.Clients, func(i int) error {
@@ -215,7 +216,7 @@ func knowledgeOverHTTP(ctx context.Context, rdb redis.UniversalClient, o Options
 		} else {
 			body, _ = json.Marshal(map[string]any{"session": "chat-bench", "documents": texts})
 		}
-		status, b, err := pc.post("/v1/knowledge", body)
+		status, b, err := pc.Post("/v1/knowledge", body)
 		if err != nil {
 			return err
 		}

@@ -1,4 +1,7 @@
-package bench
+// Package loadgen is the bench's HTTP load generator: JSON POSTs over
+// kept-alive HTTP/1.1 connections, one request at a time on each, written
+// and read on the caller's goroutine.
+package loadgen
 
 import (
 	"bufio"
@@ -10,14 +13,12 @@ import (
 	"strings"
 )
 
-// poster is the bench's HTTP load generator: JSON POSTs over kept-alive
-// HTTP/1.1 connections, one request at a time on each, written and read on
-// the caller's goroutine. net/http's client hands every request to a
+// Poster posts to one server. net/http's client hands every request to a
 // writer and a reader goroutine of its connection; on two cores shared
 // with the server under test, that hand-off cost the spawn phase about a
 // quarter of the process's CPU, charged to bgjobs although an agent's
 // client runs elsewhere. The answer is parsed by net/http itself.
-type poster struct {
+type Poster struct {
 	addr string // host:port
 	// idle holds connections between requests; a caller that finds none
 	// dials one, so there are as many as callers at once.
@@ -30,19 +31,19 @@ type posterConn struct {
 	buf []byte
 }
 
-// newPoster posts to base ("http://host:port"), keeping up to conns
+// New posts to base ("http://host:port"), keeping up to conns
 // connections open.
-func newPoster(base string, conns int) (*poster, error) {
+func New(base string, conns int) (*Poster, error) {
 	addr, ok := strings.CutPrefix(base, "http://")
 	if !ok || strings.Contains(addr, "/") {
-		return nil, fmt.Errorf("poster: %q is not http://host:port", base)
+		return nil, fmt.Errorf("loadgen: %q is not http://host:port", base)
 	}
-	return &poster{addr: addr, idle: make(chan *posterConn, conns)}, nil
+	return &Poster{addr: addr, idle: make(chan *posterConn, conns)}, nil
 }
 
-// post sends body to path and returns the status and the answer's body.
+// Post sends body to path and returns the status and the answer's body.
 // A connection that failed or that the server will close is dropped.
-func (p *poster) post(path string, body []byte) (int, []byte, error) {
+func (p *Poster) Post(path string, body []byte) (int, []byte, error) {
 	var c *posterConn
 	select {
 	case c = <-p.idle:
@@ -84,8 +85,8 @@ func (p *poster) post(path string, body []byte) (int, []byte, error) {
 	return resp.StatusCode, raw, err
 }
 
-// close closes the idle connections.
-func (p *poster) close() {
+// Close closes the idle connections.
+func (p *Poster) Close() {
 	for {
 		select {
 		case c := <-p.idle:

@@ -1,4 +1,4 @@
-package bench
+package loadgen
 
 import (
 	"fmt"
@@ -11,10 +11,10 @@ import (
 	"testing"
 )
 
-// TestPosterSpeaksHTTP posts as the bench does: bodies arrive whole, answers
+// TestPostsSpeakHTTP posts as the bench does: bodies arrive whole, answers
 // come back with their status whether sized or chunked, kept-alive
 // connections are reused, and one the server closes is replaced.
-func TestPosterSpeaksHTTP(t *testing.T) {
+func TestPostsSpeakHTTP(t *testing.T) {
 	var conns atomic.Int64
 	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		body, _ := io.ReadAll(r.Body)
@@ -44,13 +44,13 @@ func TestPosterSpeaksHTTP(t *testing.T) {
 	}
 	srv.Start()
 	defer srv.Close()
-	p, err := newPoster(srv.URL, 2)
+	p, err := New(srv.URL, 2)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer p.close()
+	defer p.Close()
 	for i := range 5 {
-		status, raw, err := p.post("/echo", fmt.Appendf(nil, `{"n":%d}`, i))
+		status, raw, err := p.Post("/echo", fmt.Appendf(nil, `{"n":%d}`, i))
 		if err != nil || status != http.StatusCreated || string(raw) != fmt.Sprintf(`got {"n":%d}`, i) {
 			t.Fatalf("post %d: %d %q %v", i, status, raw, err)
 		}
@@ -58,20 +58,20 @@ func TestPosterSpeaksHTTP(t *testing.T) {
 	if n := conns.Load(); n != 1 {
 		t.Errorf("%d connections for 5 posts in a row, want 1 kept alive", n)
 	}
-	status, raw, err := p.post("/chunked", nil)
+	status, raw, err := p.Post("/chunked", nil)
 	if err != nil || status != http.StatusAccepted || len(raw) != 9000 {
 		t.Fatalf("chunked: %d, %d bytes, %v", status, len(raw), err)
 	}
-	if status, raw, err = p.post("/close", []byte("{}")); err != nil || string(raw) != "bye {}" {
+	if status, raw, err = p.Post("/close", []byte("{}")); err != nil || string(raw) != "bye {}" {
 		t.Fatalf("close: %d %q %v", status, raw, err)
 	}
-	if status, _, err = p.post("/echo", []byte("{}")); err != nil || status != http.StatusCreated {
+	if status, _, err = p.Post("/echo", []byte("{}")); err != nil || status != http.StatusCreated {
 		t.Fatalf("after a close: %d %v", status, err)
 	}
 	if n := conns.Load(); n != 2 {
 		t.Errorf("%d connections, want 2: the closed one replaced once", n)
 	}
-	if _, err := newPoster("https://example.test", 1); err == nil {
+	if _, err := New("https://example.test", 1); err == nil {
 		t.Error("an https base was taken")
 	}
 }
