@@ -29,7 +29,7 @@ import (
 // once their batch is applied, and a batch taken at once would hold the
 // first few of them and split the rest off into another, each paying
 // bleve's cost per batch (measured against the last batch alone, batches
-// shrank round after round: 8–10 documents from 32 callers, against 12–13).
+// shrank: 7–12 documents from 32 callers, against 13).
 // A lone caller waits only for the four batches after a burst.
 const OfferLinger = 2 * time.Millisecond
 
