@@ -44,4 +44,4 @@ func watchHangup(c echo.Context) {
 }
 
 // decodeJSON is decodeBody's pure half, fuzzed on its own.
-var decodeJSON = jsonbody.Decode
+func decodeJSON(body []byte, v any) error { return jsonbody.Decode(body, v) }

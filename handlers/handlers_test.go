@@ -278,7 +278,13 @@ func TestBatchWithABadMemberOverHTTP(t *testing.T) {
 			require.Equal(t, http.StatusAccepted, status, "%v", out)
 			var spawned []float64
 			for _, j := range out["jobs"].([]any) {
-				spawned = append(spawned, j.(map[string]any)["index"].(float64))
+				member := j.(map[string]any)
+				spawned = append(spawned, member["index"].(float64))
+				// Each member the answer names is a job of the batch.
+				code, job := b.do(t, "GET", "/v1/jobs/"+member["id"].(string), "", nil)
+				require.Equal(t, http.StatusOK, code, "%v", job)
+				require.Equal(t, out["batch_id"], job["batch_id"])
+				require.Equal(t, "chat-b", job["origin_session"])
 			}
 			require.Equal(t, tc.spawned, spawned)
 			skipped, _ := out["skipped"].([]any)

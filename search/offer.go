@@ -3,6 +3,7 @@ package search
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"strings"
 	"sync"
 	"time"
@@ -50,9 +51,8 @@ type Offer struct {
 
 	mu        sync.Mutex
 	submitted bool
-	settled   bool
 	applied   bool
-	done      chan struct{} // closed once settled
+	done      chan struct{} // closed once settled: applied, failed or withdrawn
 }
 
 // Expect registers docs, which the caller is about to append to the
@@ -86,7 +86,7 @@ func (o *Offer) Apply(ctx context.Context) error {
 		return errNotOffered
 	}
 	o.mu.Lock()
-	settled := o.settled
+	settled := o.settledLocked()
 	o.submitted = !settled
 	o.mu.Unlock()
 	if settled {
@@ -126,15 +126,38 @@ func (o *Offer) Cancel() {
 	}
 }
 
-// settle records the offer's outcome once; a later call does nothing.
+// settle records the offer's outcome once; a later call does nothing. An
+// offer that did not apply its documents unregisters them: the read then
+// applies them like any entry, if they are in the stream at all (an append
+// that failed leaves nothing for the read to meet, nor anything behind).
 func (o *Offer) settle(applied bool) {
 	o.mu.Lock()
-	defer o.mu.Unlock()
-	if o.settled {
+	if o.settledLocked() {
+		o.mu.Unlock()
 		return
 	}
-	o.settled, o.applied = true, applied
+	o.applied = applied
 	close(o.done)
+	o.mu.Unlock()
+	if !applied {
+		o.w.earlyMu.Lock()
+		for _, d := range o.docs {
+			if o.w.early[d.DocID] == o {
+				delete(o.w.early, d.DocID)
+			}
+		}
+		o.w.earlyMu.Unlock()
+	}
+}
+
+// settledLocked reports whether done is closed; o.mu is held.
+func (o *Offer) settledLocked() bool {
+	select {
+	case <-o.done:
+		return true
+	default:
+		return false
+	}
 }
 
 // offerLoop applies offers in batches, each once an apply slot is free,
@@ -207,7 +230,7 @@ func (w *Writer) applyOffers(ctx context.Context, batch []*Offer) {
 		o.settle(err == nil)
 	}
 	if err != nil {
-		w.Log.Warn("offered documents; the read applies them", "docs", len(docs), "err", err)
+		w.Log.Warn("offered documents; the read applies them", slog.Int("docs", len(docs)), slog.Any("err", err))
 		return
 	}
 	if w.OnIndexed != nil {

@@ -175,7 +175,8 @@ func TestTheReadWaitsForAnOfferInFlight(t *testing.T) {
 
 // An offer whose batch fails, and one cancelled after its append landed
 // anyway (the append's answer was lost), are applied by the read: the
-// caller falls back to WaitFor.
+// caller falls back to WaitFor. One whose append failed leaves nothing
+// behind.
 func TestTheReadAppliesWhatOffersDidNot(t *testing.T) {
 	t.Parallel()
 	r := newOfferRig(t, func(apply func([]Doc, string) error) func([]Doc, string) error {
@@ -202,6 +203,13 @@ func TestTheReadAppliesWhatOffersDidNot(t *testing.T) {
 	require.Error(t, o.Apply(ctx), "a cancelled offer is not applied")
 	require.NoError(t, r.waitFor(id, time.Minute))
 	require.True(t, indexed(t, r.x, "lost"), "the read applied it")
+
+	// An append that failed outright: the read never meets the text, and
+	// nothing of the offer stays registered.
+	r.w.Expect([]Doc{note("never", "an append that failed")}).Cancel()
+	r.w.earlyMu.Lock()
+	defer r.w.earlyMu.Unlock()
+	require.Empty(t, r.w.early, "a withdrawn offer left its documents registered")
 }
 
 // Reports are not offered (each waits for the batches before it); a nil

@@ -22,9 +22,11 @@ import (
 // stream from the index's checkpoint and applies entries in batches. A
 // batch is whatever arrived while the last one was applied (group commit):
 // under load batches grow by themselves, and a lone entry is applied at
-// once — waiting to fill a batch would only delay callers that wait for
-// their entry (POST /v1/knowledge). The one wait is Linger's, for callers
-// a batch just released.
+// once — waiting to fill a batch would only delay what waits for it (a
+// report's held notification, a caller of WaitFor). The one wait is
+// Linger's, for callers a batch just released. Texts this process appends
+// for a waiting caller (POST /v1/knowledge) are offered to the writer
+// directly instead (offer.go), and the read skips them.
 type Writer struct {
 	// RDB is the Redis the stream lives on.
 	RDB redis.UniversalClient
@@ -113,7 +115,7 @@ func (w *Writer) WaitFor(ctx context.Context, id string) error {
 
 // Linger is how long the writer waits for more entries when a read finds
 // fewer than the batch it last applied. Callers that wait for their entry
-// (POST /v1/knowledge) send their next one only once that batch is applied:
+// (WaitFor) send their next one only once that batch is applied:
 // read at once, the next batch holds the few that came meanwhile and the
 // rest follow in another, so batches split and each pays bleve's cost per
 // batch again. A lone caller never waits (its last batch was one entry),
@@ -127,7 +129,8 @@ const Linger = time.Millisecond
 // from 32 clients: 0.58 → 0.73 of bleve's own batch rate, medians of five
 // alternating runs; three at once did no better). Batches still end in
 // stream order: the applied mark, the checkpoint and OnIndexed follow each in
-// turn (complete). Two batches run together only when the order of their
+// turn (complete). Offers' batches (offer.go) take the same slots. Two of
+// the read's batches run together only when the order of their
 // introduction into the index cannot matter:
 //   - a batch holding a report waits for the one before it, since a
 //     report supersedes the earlier reports of its job (Index.Apply looks
@@ -223,10 +226,11 @@ func (w *Writer) loop(ctx context.Context, from string) {
 		if failed.Load() {
 			continue // reset at the loop's top; b is read again
 		}
-		switch {
-		case len(b.docs) == 0:
-			b.done <- nil // offers applied them all: complete records the checkpoint
-		default:
+		if len(b.docs) == 0 {
+			// Offers applied them all (or none was readable): nothing for
+			// bleve, and complete records the checkpoint in its turn.
+			b.done <- nil
+		} else {
 			if len(flight) == 0 {
 				b.checkpoint = b.last
 			}
