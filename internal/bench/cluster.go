@@ -6,11 +6,13 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 
 	"github.com/bgjobs/bgjobs/internal/bench/stats"
+	"github.com/bgjobs/bgjobs/internal/redisconn"
 	"github.com/bgjobs/bgjobs/internal/redisproc"
 )
 
@@ -68,9 +70,17 @@ func Cluster(ctx context.Context, o Options, out io.Writer) error {
 	if err := redisproc.CreateCluster(ctx, nodes); err != nil {
 		return err
 	}
-	one := redis.NewClient(&redis.Options{Addr: single.Addr()})
+	// Opened as serve and worker open them, from their URLs: the same
+	// protocol and pool as a deployment.
+	one, err := redisconn.Open("redis://" + single.Addr())
+	if err != nil {
+		return err
+	}
 	defer one.Close()
-	cluster := redis.NewClusterClient(&redis.ClusterOptions{Addrs: nodes})
+	cluster, err := redisconn.Open("redis-cluster://" + strings.Join(nodes, ","))
+	if err != nil {
+		return err
+	}
 	defer cluster.Close()
 
 	o.Jobs = max(1000, o.Jobs/2)
