@@ -146,22 +146,25 @@ func Run(ctx context.Context, o Options, out io.Writer) error {
 		}
 	}
 	rate := map[string]float64{}
+	rounds := map[string][]float64{}
 	for _, p := range phases {
 		med := stats.Median(p.took)
 		rate[p.name] = float64(o.Jobs) / med.Seconds()
+		rounds[p.name] = stats.Rates(o.Jobs, p.took)
 		fmt.Fprintf(out, "%-58s %9.0f jobs/s  (%.2fs)\n", p.label, rate[p.name], med.Seconds())
 	}
-	// ratio prints a line of two phases' rates when both ran.
-	ratio := func(format, a, b string) {
+	// ratio prints a line of two phases' rates when both ran, and how far
+	// single rounds strayed.
+	ratio := func(label, goal, a, b string) {
 		if ra, rb := rate[a], rate[b]; ra > 0 && rb > 0 {
-			fmt.Fprintf(out, format, ra/rb)
+			fmt.Fprintf(out, "%s: %.2f (%s)\n", label, ra/rb, strings.Join(nonEmpty(goal, stats.Spread(rounds[a], rounds[b])), "; "))
 		}
 	}
-	ratio("ratio bgjobs/asynq: %.2f (goal ≥ 0.70; baseline 0.37)\n", "e2e", "asynq")
+	ratio("ratio bgjobs/asynq", "goal ≥ 0.70; baseline 0.37", "e2e", "asynq")
 	// asynq fetches one task per round trip from one loop per server;
 	// bgjobs runs its work slots on several servers to lift that cap. The
 	// same split given to raw asynq shows what is left of the gap.
-	ratio("ratio bgjobs/asynq split like bgjobs: %.2f (goal ≥ 0.50; baseline 0.32)\n", "e2e", "split")
+	ratio("ratio bgjobs/asynq split like bgjobs", "goal ≥ 0.50; baseline 0.32", "e2e", "split")
 	// End to end runs both halves at once on the same cores: bound by
 	// CPU alone, its rate would be the halves one after the other.
 	if rate["spawn"] > 0 && rate["workers"] > 0 && rate["e2e"] > 0 && rate["asynq"] > 0 {
@@ -471,4 +474,9 @@ func fanOut(n, workers int, fn func(int) error) error {
 	}
 	wg.Wait()
 	return first
+}
+
+// nonEmpty is parts without the empty ones.
+func nonEmpty(parts ...string) []string {
+	return slices.DeleteFunc(parts, func(p string) bool { return p == "" })
 }

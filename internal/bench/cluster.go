@@ -120,7 +120,9 @@ func Cluster(ctx context.Context, o Options, out io.Writer) error {
 		{"raw asynq, enqueue → no-op handler", raw, "the machine's ceiling, no goal"},
 	} {
 		one, many := rate(l.d[0]), rate(l.d[1])
-		fmt.Fprintf(out, "  %-46s one Redis %7.0f jobs/s, cluster %7.0f jobs/s, ratio %.2f (%s)\n", l.label, one, many, many/one, l.goal)
+		spread := stats.Spread(stats.Rates(o.Jobs, l.d[1]), stats.Rates(o.Jobs, l.d[0]))
+		fmt.Fprintf(out, "  %-46s one Redis %7.0f jobs/s, cluster %7.0f jobs/s, ratio %.2f (%s)\n", l.label, one, many, many/one,
+			strings.Join(nonEmpty(l.goal, spread), "; "))
 	}
 	return nil
 }

@@ -65,7 +65,9 @@ func Joins(ctx context.Context, o Options, rdb redis.UniversalClient, redisURL s
 		line := fmt.Sprintf("  %4d batches × %4d members   bgjobs %7.0f jobs/s", shape[0], shape[1], rate)
 		if len(theirs) > 0 {
 			peer := n / stats.Median(theirs).Seconds()
-			line += fmt.Sprintf("   BullMQ flows %7.0f jobs/s   ratio %.2f (goal ≥ 1.20; baseline %s)", peer, rate/peer, joinBaselines[shape])
+			spread := stats.Spread(stats.Rates(int(n), mine), stats.Rates(int(n), theirs))
+			line += fmt.Sprintf("   BullMQ flows %7.0f jobs/s   ratio %.2f (%s)", peer, rate/peer,
+				strings.Join(nonEmpty("goal ≥ 1.20", "baseline "+joinBaselines[shape], spread), "; "))
 		} else {
 			line += "   BullMQ: not measured (needs node, `npm ci` in internal/bench/bullmq, and a real Redis)"
 		}

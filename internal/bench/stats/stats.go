@@ -26,6 +26,41 @@ func Median[T cmp.Ordered](v []T) T {
 	return s[len(s)/2]
 }
 
+// Spread is the lowest and highest of the ratios num[i]/den[i], each
+// taken within one round: the medians make the ratio a line reports, this
+// says how far single rounds strayed from it on a machine whose speed
+// drifts between rounds. Rounds missing from either side are left out.
+func Spread(num, den []float64) string {
+	var lo, hi float64
+	n := 0
+	for i := range min(len(num), len(den)) {
+		if den[i] <= 0 {
+			continue
+		}
+		r := num[i] / den[i]
+		if n == 0 || r < lo {
+			lo = r
+		}
+		if n == 0 || r > hi {
+			hi = r
+		}
+		n++
+	}
+	if n < 2 {
+		return ""
+	}
+	return fmt.Sprintf("rounds %.2f–%.2f", lo, hi)
+}
+
+// Rates turns the durations of rounds of jobs each into rates.
+func Rates(jobs int, ds []time.Duration) []float64 {
+	out := make([]float64, len(ds))
+	for i, d := range ds {
+		out[i] = float64(jobs) / d.Seconds()
+	}
+	return out
+}
+
 // Cost is what one phase spent per job: CPU of this process (bgjobs or
 // asynq and the load that drives it), CPU of the Redis server, and the
 // commands Redis ran (those inside scripts included). Throughput on a

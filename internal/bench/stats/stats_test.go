@@ -3,6 +3,7 @@ package stats
 import (
 	"runtime/debug"
 	"testing"
+	"time"
 )
 
 func TestGCPercentReadsTheTarget(t *testing.T) {
@@ -13,5 +14,19 @@ func TestGCPercentReadsTheTarget(t *testing.T) {
 	}
 	if PeakRSS() <= 0 || ProcessCPU() <= 0 {
 		t.Fatal("rusage not read")
+	}
+}
+
+func TestSpreadIsTheRangeOfRoundRatios(t *testing.T) {
+	if got := Spread([]float64{10, 30, 20}, []float64{20, 30, 10}); got != "rounds 0.50–2.00" {
+		t.Errorf("Spread = %q", got)
+	}
+	// A round one side lacks, or did not measure, is left out; one round
+	// alone has no spread.
+	if got := Spread([]float64{10, 30, 20}, []float64{0, 30}); got != "" {
+		t.Errorf("Spread of one round = %q, want none", got)
+	}
+	if got := Rates(10, []time.Duration{time.Second, 2 * time.Second}); got[0] != 10 || got[1] != 5 {
+		t.Errorf("Rates = %v", got)
 	}
 }
