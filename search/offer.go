@@ -52,8 +52,17 @@ type Offer struct {
 	mu        sync.Mutex
 	submitted bool
 	applied   bool
+	settledAt time.Time
 	done      chan struct{} // closed once settled: applied, failed or withdrawn
 }
+
+// offerForget is how long an applied offer's documents stay registered
+// waiting for the read to meet their entry. An entry the stream lost (a
+// failover without BGJOBS_MIN_REPLICAS) is never met, and its offer would
+// stay in memory, documents and all, for the life of the process; an
+// entry met after this is applied again by the read, which replaces the
+// document with itself.
+const offerForget = 10 * time.Minute
 
 // Expect registers docs, which the caller is about to append to the
 // stream, to be applied ahead of the read; the caller then calls Apply once
@@ -136,7 +145,7 @@ func (o *Offer) settle(applied bool) {
 		o.mu.Unlock()
 		return
 	}
-	o.applied = applied
+	o.applied, o.settledAt = applied, time.Now()
 	close(o.done)
 	o.mu.Unlock()
 	if !applied {
@@ -235,6 +244,25 @@ func (w *Writer) applyOffers(ctx context.Context, batch []*Offer) {
 	}
 	if w.OnIndexed != nil {
 		w.OnIndexed(context.WithoutCancel(ctx), docs)
+	}
+}
+
+// forgetStale unregisters the documents of offers applied longer than
+// w.forget ago, at most twice per w.forget; the read loop calls it.
+func (w *Writer) forgetStale(now time.Time) {
+	if now.Sub(w.lastForget) < w.forget/2 {
+		return
+	}
+	w.lastForget = now
+	w.earlyMu.Lock()
+	defer w.earlyMu.Unlock()
+	for id, o := range w.early {
+		o.mu.Lock()
+		stale := o.settledLocked() && o.applied && now.Sub(o.settledAt) > w.forget
+		o.mu.Unlock()
+		if stale {
+			delete(w.early, id)
+		}
 	}
 }
 

@@ -29,7 +29,7 @@ type offerRig struct {
 	applied map[string]int // doc id → times applied
 }
 
-func newOfferRig(t *testing.T, wrap func(apply func([]Doc, string) error) func([]Doc, string) error) *offerRig {
+func newOfferRig(t *testing.T, wrap func(apply func([]Doc, string) error) func([]Doc, string) error, set ...func(*Writer)) *offerRig {
 	env := testenv.New(t)
 	r := &offerRig{t: t, env: env, x: openTest(t), stream: env.Namespace + ":reports", applied: map[string]int{}}
 	apply := func(docs []Doc, checkpoint string) error {
@@ -48,6 +48,9 @@ func newOfferRig(t *testing.T, wrap func(apply func([]Doc, string) error) func([
 	}
 	r.w = &Writer{RDB: env.RDB, Stream: r.stream, AliveKey: env.Namespace + ":alive", Index: r.x,
 		Log: slog.New(slog.DiscardHandler), apply: apply}
+	for _, f := range set {
+		f(r.w)
+	}
 	require.NoError(t, r.w.Start(context.Background()))
 	t.Cleanup(r.w.Stop)
 	return r
@@ -210,6 +213,37 @@ func TestTheReadAppliesWhatOffersDidNot(t *testing.T) {
 	r.w.earlyMu.Lock()
 	defer r.w.earlyMu.Unlock()
 	require.Empty(t, r.w.early, "a withdrawn offer left its documents registered")
+}
+
+// An offer applied whose entry the stream then lost (a failover without
+// replicas confirming the append) is not kept waiting for the read for
+// ever: once forgotten, an entry that turns up after all is applied again
+// by the read, the same document over itself. An offer still in flight is
+// never forgotten.
+func TestAppliedOffersAreForgottenWhenTheirEntryNeverComes(t *testing.T) {
+	t.Parallel()
+	r := newOfferRig(t, nil, func(w *Writer) { w.forget = 200 * time.Millisecond })
+	ctx := context.Background()
+	registered := func(id string) bool {
+		r.w.earlyMu.Lock()
+		defer r.w.earlyMu.Unlock()
+		return r.w.early[id] != nil
+	}
+
+	lost := note("lost-in-failover", "appended, applied, and then lost with the master")
+	require.NoError(t, r.w.Expect([]Doc{lost}).Apply(ctx))
+	waiting := r.w.Expect([]Doc{note("in-flight", "an append still on its way")})
+	require.Eventually(t, func() bool { return !registered("lost-in-failover") }, 30*time.Second, 20*time.Millisecond,
+		"an applied offer whose entry never came stayed registered")
+	require.True(t, registered("in-flight"), "an offer in flight was forgotten")
+	waiting.Cancel()
+
+	id := r.add(lost)
+	require.NoError(t, r.waitFor(id, time.Minute))
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	require.Equal(t, 2, r.applied["lost-in-failover"], "the entry met late was not applied by the read")
+	require.True(t, indexed(t, r.x, "lost-in-failover"))
 }
 
 // Reports are not offered (each waits for the batches before it); a nil

@@ -62,6 +62,10 @@ type Writer struct {
 	stopped chan struct{}
 	earlyMu sync.Mutex
 	early   map[string]*Offer // doc id → the offer applying it ahead of the read
+	// forget is offerForget, shorter in tests; lastForget is the read
+	// loop's last forgetStale.
+	forget     time.Duration
+	lastForget time.Time
 }
 
 // AliveTTL is how long AliveKey outlives the writer's last refresh.
@@ -82,6 +86,9 @@ func (w *Writer) Start(ctx context.Context) error {
 	w.applied, w.changed = from, make(chan struct{})
 	w.slots, w.offers, w.stopped = make(chan struct{}, applyingMax), make(chan *Offer), make(chan struct{})
 	w.early = map[string]*Offer{}
+	if w.forget == 0 {
+		w.forget = offerForget
+	}
 	ctx, w.stop = context.WithCancel(ctx)
 	w.wg.Go(func() { w.loop(ctx, from) })
 	w.wg.Go(func() { w.offerLoop(ctx) })
@@ -189,6 +196,7 @@ func (w *Writer) loop(ctx context.Context, from string) {
 			w.RDB.Set(ctx, w.AliveKey, "1", AliveTTL)
 			lastBeat = time.Now()
 		}
+		w.forgetStale(time.Now())
 		msgs, err := w.read(ctx, from, w.BatchMax, time.Second)
 		if err == nil && len(msgs) > 0 && len(msgs) < min(lastBatch, w.BatchMax) {
 			sleep(ctx, Linger)
