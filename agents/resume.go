@@ -117,12 +117,11 @@ func (r *A2A) sendA2AResume(ctx context.Context, url, session, messageID string,
 }
 
 func (r *A2A) sendWebhook(ctx context.Context, url, secret, session, messageID string, meta bgjobs.ResumeMeta) error {
-	md, err := metaMap(meta)
-	if err != nil {
-		return err
-	}
-	md["session"] = session
-	body, err := json.Marshal(md)
+	// The resume's object plus "session", encoded once.
+	body, err := json.Marshal(struct {
+		bgjobs.ResumeMeta
+		Session string `json:"session"`
+	}{meta, session})
 	if err != nil {
 		return err
 	}
