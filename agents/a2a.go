@@ -15,7 +15,7 @@ import (
 
 	"github.com/bgjobs/bgjobs"
 	"github.com/bgjobs/bgjobs/internal/netguard"
-	"github.com/bgjobs/bgjobs/tasks"
+	"github.com/bgjobs/bgjobs/work"
 )
 
 // A2A runs turn jobs over A2A JSON-RPC (protocol 0.3, message/send).
@@ -93,7 +93,7 @@ func (r *A2A) runTurn(ctx context.Context, t bgjobs.Turn) (string, error) {
 			return "", err
 		}
 		// The same message id goes out again, so the agent can de-duplicate.
-		return "", tasks.Retryable(err)
+		return "", work.Retryable(err)
 	}
 	switch v := res.(type) {
 	case *a2a.Message:
@@ -189,4 +189,4 @@ func partsText(parts a2a.ContentParts) string {
 	return strings.Join(texts, "\n")
 }
 
-func retryable(err error) error { return tasks.Retryable(err) }
+func retryable(err error) error { return work.Retryable(err) }

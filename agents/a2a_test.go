@@ -19,7 +19,7 @@ import (
 
 	"github.com/bgjobs/bgjobs"
 	"github.com/bgjobs/bgjobs/internal/netguard"
-	"github.com/bgjobs/bgjobs/tasks"
+	"github.com/bgjobs/bgjobs/work"
 )
 
 // slowAgent speaks just enough A2A JSON-RPC to answer message/send with a
@@ -104,7 +104,7 @@ func TestTransportFailureIsRetryable(t *testing.T) {
 	defer srv.Close()
 	_, err := NewA2A(netguard.NewAllow([]string{"127.0.0.1"})).RunTurn(context.Background(), turn(srv.URL))
 	require.Error(t, err)
-	require.True(t, tasks.IsRetryable(err))
+	require.True(t, work.IsRetryable(err))
 }
 
 func TestSignVerifies(t *testing.T) {

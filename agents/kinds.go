@@ -20,7 +20,7 @@ import (
 	"github.com/bgjobs/bgjobs"
 	"github.com/bgjobs/bgjobs/internal/netguard"
 	"github.com/bgjobs/bgjobs/search"
-	"github.com/bgjobs/bgjobs/tasks"
+	"github.com/bgjobs/bgjobs/work"
 )
 
 // Ingest limits.
@@ -57,8 +57,8 @@ func CheckFetchURL(raw string) error {
 
 // IngestKind fetches a URL with the SSRF-safe client, turns HTML into text
 // with a real parser, and indexes it as source "ingest", trust tier 3.
-func IngestKind(client *http.Client, feed DocFeed) tasks.WorkKind {
-	return tasks.WorkKind{
+func IngestKind(client *http.Client, feed DocFeed) work.Kind {
+	return work.Kind{
 		Name: "ingest",
 		Check: func(raw json.RawMessage) error {
 			var a ingestArgs
@@ -72,7 +72,7 @@ func IngestKind(client *http.Client, feed DocFeed) tasks.WorkKind {
 			if err := decodeStrict(raw, &a); err != nil {
 				return "", err
 			}
-			job, _ := tasks.JobFromContext(ctx)
+			job, _ := work.JobFromContext(ctx)
 			title, text, err := fetchText(ctx, client, a.URL)
 			if err != nil {
 				return "", err
@@ -85,7 +85,7 @@ func IngestKind(client *http.Client, feed DocFeed) tasks.WorkKind {
 				docs[i].JobID = job.ID
 			}
 			if _, err := feed(ctx, docs); err != nil {
-				return "", tasks.Retryable(err)
+				return "", work.Retryable(err)
 			}
 			return fmt.Sprintf("Ingested %q from %s: %d characters in %d passage(s), doc %s. Search it with memory_recall.",
 				title, a.URL, len([]rune(text)), len(docs), docs[0].DocID), nil
@@ -106,19 +106,19 @@ func fetchText(ctx context.Context, client *http.Client, u string) (title, text 
 		if errors.Is(err, netguard.ErrForbiddenAddress) {
 			return "", "", fmt.Errorf("refused: %w", err)
 		}
-		return "", "", tasks.Retryable(fmt.Errorf("fetch %s: %w", u, err))
+		return "", "", work.Retryable(fmt.Errorf("fetch %s: %w", u, err))
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode/100 != 2 {
 		err := fmt.Errorf("fetch %s: %s", u, resp.Status)
 		if resp.StatusCode >= 500 {
-			return "", "", tasks.Retryable(err)
+			return "", "", work.Retryable(err)
 		}
 		return "", "", err
 	}
 	body, err := io.ReadAll(io.LimitReader(resp.Body, IngestMaxBytes+1))
 	if err != nil {
-		return "", "", tasks.Retryable(err)
+		return "", "", work.Retryable(err)
 	}
 	if len(body) > IngestMaxBytes {
 		return "", "", fmt.Errorf("fetch %s: larger than %d bytes", u, IngestMaxBytes)
@@ -186,8 +186,8 @@ type AgentLookup func(ctx context.Context, name string) (*bgjobs.Agent, error)
 
 // DelegateKind sends a message to another registered agent over A2A; its
 // reply is the deliverable, handed over whole.
-func (r *A2A) DelegateKind(lookup AgentLookup) tasks.WorkKind {
-	return tasks.WorkKind{
+func (r *A2A) DelegateKind(lookup AgentLookup) work.Kind {
+	return work.Kind{
 		Name: "delegate",
 		Check: func(raw json.RawMessage) error {
 			var a delegateArgs
@@ -212,7 +212,7 @@ func (r *A2A) DelegateKind(lookup AgentLookup) tasks.WorkKind {
 				return err
 			}
 			refused := bgjobs.FieldError("work.args.agent", "no agent %q that %s may delegate to", a.Agent, agent)
-			if c, api := tasks.CallerFrom(ctx); api && !c.Admin && a.Agent != agent {
+			if c, api := work.CallerFrom(ctx); api && !c.Admin && a.Agent != agent {
 				from, err := lookup(ctx, agent)
 				if err != nil {
 					return err
@@ -237,12 +237,12 @@ func (r *A2A) DelegateKind(lookup AgentLookup) tasks.WorkKind {
 			}
 			target, err := lookup(ctx, a.Agent)
 			if err != nil {
-				return "", tasks.Retryable(err)
+				return "", work.Retryable(err)
 			}
 			if target == nil || target.A2AURL == "" {
 				return "", fmt.Errorf("agent %q is not registered with an a2a_url", a.Agent)
 			}
-			job, _ := tasks.JobFromContext(ctx)
+			job, _ := work.JobFromContext(ctx)
 			client, err := a2aclient.NewFromEndpoints(ctx, []a2a.AgentInterface{{URL: target.A2AURL, Transport: a2a.TransportProtocolJSONRPC}},
 				a2aclient.WithJSONRPCTransport(r.HTTP))
 			if err != nil {
@@ -257,7 +257,7 @@ func (r *A2A) DelegateKind(lookup AgentLookup) tasks.WorkKind {
 				if ctx.Err() != nil {
 					return "", ctx.Err()
 				}
-				return "", tasks.Retryable(netguard.Brief(fmt.Errorf("delegate to %s: %w", a.Agent, err)))
+				return "", work.Retryable(netguard.Brief(fmt.Errorf("delegate to %s: %w", a.Agent, err)))
 			}
 			switch v := res.(type) {
 			case *a2a.Message:

@@ -28,6 +28,7 @@ import (
 	"github.com/bgjobs/bgjobs/metrics"
 	"github.com/bgjobs/bgjobs/search"
 	"github.com/bgjobs/bgjobs/tasks"
+	"github.com/bgjobs/bgjobs/work"
 )
 
 // Mode selects what a process runs.
@@ -43,7 +44,7 @@ const (
 // Options are the parts an embedding program may supply.
 type Options struct {
 	// Kinds is the work-kind registry; nil means the built-in kinds only.
-	Kinds *tasks.Kinds
+	Kinds *work.Kinds
 	// Logger defaults to JSON lines on stderr.
 	Logger *slog.Logger
 }
@@ -75,7 +76,7 @@ func Run(ctx context.Context, cfg bgjobs.Config, mode Mode, stdout io.Writer, op
 
 	kinds := opts.Kinds
 	if kinds == nil {
-		kinds = tasks.NewKinds()
+		kinds = work.NewKinds()
 	}
 	runner := agents.NewA2A(netguard.NewAllow(cfg.AgentAllow))
 	m := tasks.NewManager(conn.rdb, cfg, tasks.Deps{Kinds: kinds, Turns: runner, Resumer: runner, Logger: log})

@@ -14,7 +14,7 @@ import (
 
 	"github.com/bgjobs/bgjobs"
 	"github.com/bgjobs/bgjobs/handlers/console"
-	"github.com/bgjobs/bgjobs/tasks"
+	"github.com/bgjobs/bgjobs/work"
 )
 
 // OpenAgent is the agent every request acts as in open mode.
@@ -47,7 +47,7 @@ func CallerAgent(ctx context.Context) (string, bool) {
 func setCaller(c echo.Context, who caller) {
 	c.Set(callerKey, who)
 	ctx := context.WithValue(c.Request().Context(), callerCtxKey{}, who)
-	c.SetRequest(c.Request().WithContext(tasks.WithCaller(ctx, tasks.Caller{Agent: who.agent, Admin: who.admin})))
+	c.SetRequest(c.Request().WithContext(work.WithCaller(ctx, work.Caller{Agent: who.agent, Admin: who.admin})))
 }
 
 // authenticator checks bearer keys. Keys are compared as SHA-256 digests in

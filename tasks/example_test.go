@@ -13,6 +13,7 @@ import (
 
 	"github.com/bgjobs/bgjobs"
 	"github.com/bgjobs/bgjobs/tasks"
+	"github.com/bgjobs/bgjobs/work"
 )
 
 // A Go program that embeds bgjobs registers its own work kind, spawns a
@@ -23,8 +24,8 @@ func Example_embeddedWorkKind() {
 	rdb := redis.NewClient(&redis.Options{Addr: mr.Addr()})
 	defer rdb.Close()
 
-	kinds := tasks.NewKinds()
-	kinds.Register(tasks.WorkKind{
+	kinds := work.NewKinds()
+	kinds.Register(work.Kind{
 		Name: "shout",
 		Check: func(args json.RawMessage) error {
 			var a struct{ Text string }

@@ -35,12 +35,13 @@ import (
 	"github.com/bgjobs/bgjobs/tasks/internal/registry/tenants"
 	"github.com/bgjobs/bgjobs/tasks/internal/registry/turncap"
 	"github.com/bgjobs/bgjobs/tasks/internal/registry/wake"
+	"github.com/bgjobs/bgjobs/work"
 )
 
 // Deps are what a Manager runs with besides Redis and its configuration.
 type Deps struct {
-	// Kinds is the work-kind registry. Defaults to NewKinds().
-	Kinds *Kinds
+	// Kinds is the work-kind registry. Defaults to work.NewKinds().
+	Kinds *work.Kinds
 	// Turns runs turn jobs. Required to run turns; spawn works without it.
 	Turns bgjobs.TurnRunner
 	// Resumer sends resumes. Without it this process leaves resumes queued
@@ -69,7 +70,7 @@ type Manager struct {
 	// ends then goes back to its queue rather than ending cancelled.
 	stopping atomic.Bool
 	running  engine.Inflight // the workers' handlers
-	kinds    *Kinds
+	kinds    *work.Kinds
 	// agentAllow is where agents may live in internal space.
 	agentAllow netguard.Allow
 	turns      bgjobs.TurnRunner
@@ -85,7 +86,7 @@ type Manager struct {
 func NewManager(rdb redis.UniversalClient, cfg bgjobs.Config, d Deps) *Manager {
 	cfg = cfg.WithDefaults()
 	if d.Kinds == nil {
-		d.Kinds = NewKinds()
+		d.Kinds = work.NewKinds()
 	}
 	if d.Now == nil {
 		d.Now = time.Now
@@ -129,7 +130,7 @@ func (m *Manager) Close() error {
 }
 
 // Kinds returns the work-kind registry, for embedders to register kinds.
-func (m *Manager) Kinds() *Kinds { return m.kinds }
+func (m *Manager) Kinds() *work.Kinds { return m.kinds }
 
 // Inspector returns the asynq inspector on the Manager's Redis, for
 // dashboards and metrics.

@@ -19,6 +19,7 @@ import (
 	"github.com/bgjobs/bgjobs/internal/testenv"
 	"github.com/bgjobs/bgjobs/tasks/internal/maintenance"
 	"github.com/bgjobs/bgjobs/tasks/internal/registry"
+	"github.com/bgjobs/bgjobs/work"
 )
 
 type testBundle struct {
@@ -64,7 +65,7 @@ func (b *testBundle) startWorker(t *testing.T) {
 }
 
 func echoSpawn(session, text string, delayMS int, fail bool) SpawnRequest {
-	args, _ := json.Marshal(EchoArgs{Text: text, DelayMS: delayMS, Fail: fail})
+	args, _ := json.Marshal(work.EchoArgs{Text: text, DelayMS: delayMS, Fail: fail})
 	return SpawnRequest{Agent: "alpha", OriginSession: session, Kind: bgjobs.KindWork, Description: "echo " + text,
 		Work: &bgjobs.WorkSpec{Type: "echo", Args: args}}
 }
@@ -835,8 +836,8 @@ func TestGetMany(t *testing.T) {
 // running or ended cancelled once Shutdown is through.
 func TestShutdownWaitsForHandlersToHandBack(t *testing.T) {
 	t.Parallel()
-	kinds := NewKinds()
-	kinds.Register(WorkKind{Name: "slow", Run: func(ctx context.Context, _ json.RawMessage) (string, error) {
+	kinds := work.NewKinds()
+	kinds.Register(work.Kind{Name: "slow", Run: func(ctx context.Context, _ json.RawMessage) (string, error) {
 		<-ctx.Done()
 		time.Sleep(300 * time.Millisecond) // notices late
 		return "", ctx.Err()

@@ -13,6 +13,7 @@ import (
 	"github.com/bgjobs/bgjobs"
 	"github.com/bgjobs/bgjobs/tasks/internal/engine"
 	"github.com/bgjobs/bgjobs/tasks/internal/registry"
+	"github.com/bgjobs/bgjobs/work"
 )
 
 // rowWait is how long a task that finds no row is retried: its row may be
@@ -83,7 +84,7 @@ func (m *Manager) ProcessTask(ctx context.Context, t *asynq.Task) error {
 	msg := runErr.Error()
 	if errors.Is(runCtx.Err(), context.DeadlineExceeded) {
 		msg = fmt.Sprintf("timed out after %s", m.cfg.RunTimeout)
-	} else if IsRetryable(runErr) {
+	} else if work.IsRetryable(runErr) {
 		retried, _ := asynq.GetRetryCount(ctx)
 		maxRetry, _ := asynq.GetMaxRetry(ctx)
 		if retried < maxRetry {
@@ -115,7 +116,7 @@ func (m *Manager) run(ctx context.Context, j *bgjobs.Job) (string, error) {
 		if !ok {
 			return "", fmt.Errorf("work kind %q is not registered in this process", j.WorkType)
 		}
-		ctx = context.WithValue(ctx, jobInfoKey{}, JobInfo{ID: j.ID, Agent: j.Agent, OriginSession: j.OriginSession, Description: j.Description})
+		ctx = work.WithJob(ctx, work.JobInfo{ID: j.ID, Agent: j.Agent, OriginSession: j.OriginSession, Description: j.Description})
 		return kind.Run(ctx, j.WorkArgs)
 	case bgjobs.KindTurn:
 		if m.turns == nil {
@@ -123,7 +124,7 @@ func (m *Manager) run(ctx context.Context, j *bgjobs.Job) (string, error) {
 		}
 		agent, err := m.tenants.GetAgent(ctx, j.Agent)
 		if err != nil {
-			return "", Retryable(err)
+			return "", work.Retryable(err)
 		}
 		if agent == nil || agent.A2AURL == "" {
 			return "", fmt.Errorf("agent %q has no a2a_url", j.Agent)

@@ -21,6 +21,7 @@ import (
 	"github.com/bgjobs/bgjobs/internal/testenv"
 	"github.com/bgjobs/bgjobs/search"
 	"github.com/bgjobs/bgjobs/tasks"
+	"github.com/bgjobs/bgjobs/work"
 )
 
 // buildBinary compiles bgjobs once per test binary.
@@ -75,7 +76,7 @@ func spawnEchoes(t *testing.T, m *tasks.Manager, session string, n, delayMS int)
 	t.Helper()
 	var ids []string
 	for i := range n {
-		args, _ := json.Marshal(tasks.EchoArgs{Text: fmt.Sprint("job ", i), DelayMS: delayMS})
+		args, _ := json.Marshal(work.EchoArgs{Text: fmt.Sprint("job ", i), DelayMS: delayMS})
 		j, _, err := m.Spawn(context.Background(), tasks.SpawnRequest{Agent: "alpha", OriginSession: session, Kind: bgjobs.KindWork,
 			Description: "slow echo", Work: &bgjobs.WorkSpec{Type: "echo", Args: args}})
 		require.NoError(t, err)
@@ -198,7 +199,7 @@ func TestBatchJoinsSurviveAKilledWorker(t *testing.T) {
 	for b := range 100 {
 		specs := make([]tasks.SpawnRequest, 10)
 		for i := range specs {
-			args, _ := json.Marshal(tasks.EchoArgs{Text: "m", DelayMS: 500 + (b*10+i)%7*400})
+			args, _ := json.Marshal(work.EchoArgs{Text: "m", DelayMS: 500 + (b*10+i)%7*400})
 			specs[i] = tasks.SpawnRequest{Kind: bgjobs.KindWork, Description: "member", Work: &bgjobs.WorkSpec{Type: "echo", Args: args}}
 		}
 		res, err := m.SpawnBatch(ctx, "alpha", "chat-fan", specs)

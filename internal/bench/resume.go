@@ -23,6 +23,7 @@ import (
 	"github.com/bgjobs/bgjobs/internal/netguard"
 	"github.com/bgjobs/bgjobs/internal/redisns"
 	"github.com/bgjobs/bgjobs/tasks"
+	"github.com/bgjobs/bgjobs/work"
 )
 
 // arrivals records when each resume reached the test agent, by trigger,
@@ -187,7 +188,7 @@ func stormBurst(ctx context.Context, m *tasks.Manager, arr *arrivals, out io.Wri
 	const session = "storm-burst"
 	var ids []string
 	for i := range 50 {
-		args, _ := json.Marshal(tasks.EchoArgs{Text: "x", DelayMS: i * 50})
+		args, _ := json.Marshal(work.EchoArgs{Text: "x", DelayMS: i * 50})
 		j, _, err := m.Spawn(ctx, tasks.SpawnRequest{Agent: "a2a", OriginSession: session, Kind: bgjobs.KindWork,
 			Description: "burst", Work: &bgjobs.WorkSpec{Type: "echo", Args: args}})
 		if err != nil {

@@ -1,4 +1,9 @@
-package tasks
+// Package work is the registry of work kinds: what a work job of each
+// work.type checks at spawn time, who may run it, and how it runs. bgjobs
+// registers its own (echo here; ingest and delegate in agents), and a Go
+// program that embeds bgjobs registers more before NewManager takes the
+// registry.
+package work
 
 import (
 	"bytes"
@@ -13,11 +18,11 @@ import (
 	"github.com/bgjobs/bgjobs"
 )
 
-// WorkFunc runs one work job. args are the spawn request's work.args, already
+// Func runs one work job. args are the spawn request's work.args, already
 // accepted by the kind's Check. It returns the deliverable, which is handed
 // to the origin whole. An error fails the job; wrap it with Retryable when
 // another attempt could succeed.
-type WorkFunc func(ctx context.Context, args json.RawMessage) (string, error)
+type Func func(ctx context.Context, args json.RawMessage) (string, error)
 
 // JobInfo tells a work function whose job it runs.
 type JobInfo struct {
@@ -29,14 +34,19 @@ type JobInfo struct {
 
 type jobInfoKey struct{}
 
-// JobFromContext returns the job a WorkFunc's context belongs to.
+// WithJob returns ctx carrying the job a Func runs for.
+func WithJob(ctx context.Context, j JobInfo) context.Context {
+	return context.WithValue(ctx, jobInfoKey{}, j)
+}
+
+// JobFromContext returns the job a Func's context belongs to.
 func JobFromContext(ctx context.Context) (JobInfo, bool) {
 	j, ok := ctx.Value(jobInfoKey{}).(JobInfo)
 	return j, ok
 }
 
-// WorkKind is a registered kind of deterministic work.
-type WorkKind struct {
+// Kind is a registered kind of deterministic work.
+type Kind struct {
 	// Name is the work.type that selects this kind.
 	Name string
 	// Check validates args at spawn time; its error becomes a 400. Nil
@@ -47,7 +57,7 @@ type WorkKind struct {
 	// answer. CallerFrom(ctx) tells who asked. Nil allows everyone.
 	Authorize func(ctx context.Context, agent string, args json.RawMessage) error
 	// Run does the work.
-	Run WorkFunc
+	Run Func
 }
 
 // Caller is who asked for a job over an API: the agent it acts for, and
@@ -75,25 +85,25 @@ func CallerFrom(ctx context.Context) (c Caller, ok bool) {
 // It is safe for concurrent use.
 type Kinds struct {
 	mu    sync.RWMutex
-	kinds map[string]WorkKind
+	kinds map[string]Kind
 }
 
 // NewKinds returns a registry holding the built-in kinds.
 func NewKinds() *Kinds {
-	k := &Kinds{kinds: map[string]WorkKind{}}
-	k.Register(EchoKind())
+	k := &Kinds{kinds: map[string]Kind{}}
+	k.Register(Echo())
 	return k
 }
 
 // Register adds or replaces a kind.
-func (k *Kinds) Register(w WorkKind) {
+func (k *Kinds) Register(w Kind) {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	k.kinds[w.Name] = w
 }
 
 // Lookup returns the kind registered under name.
-func (k *Kinds) Lookup(name string) (WorkKind, bool) {
+func (k *Kinds) Lookup(name string) (Kind, bool) {
 	k.mu.RLock()
 	defer k.mu.RUnlock()
 	w, ok := k.kinds[name]
@@ -158,10 +168,10 @@ func decodeEchoArgs(raw json.RawMessage) (EchoArgs, error) {
 	return a, nil
 }
 
-// EchoKind is the built-in smoke-test kind: it returns its text after an
+// Echo is the built-in smoke-test kind: it returns its text after an
 // optional delay, or fails on request.
-func EchoKind() WorkKind {
-	return WorkKind{
+func Echo() Kind {
+	return Kind{
 		Name: "echo",
 		Check: func(args json.RawMessage) error {
 			_, err := decodeEchoArgs(args)
