@@ -27,21 +27,24 @@ func TestSpawnWithATimeBudget(t *testing.T) {
 	t.Parallel()
 	hook, _, c := serveWithWebhook(t, "k")
 
+	// The margins are wide so a loaded machine cannot blur them: back on
+	// completion, well before a 20 s budget ends; back at a 500 ms budget,
+	// well before its 8 s job ends.
 	start := time.Now()
-	code, row := c.do("POST", "/v1/jobs", waitJob("chat-w", 100, 2000))
+	code, row := c.do("POST", "/v1/jobs", waitJob("chat-w", 100, 20000))
 	require.Equal(t, http.StatusOK, code, "%v", row)
-	require.Less(t, time.Since(start), time.Second)
+	require.Less(t, time.Since(start), 10*time.Second, "back when the job ended, not at the end of the budget")
 	require.Equal(t, "completed", row["status"])
 	require.Equal(t, "waited", row["result"])
 	require.Equal(t, true, row["notified"])
 	fast := row["id"].(string)
 
 	start = time.Now()
-	code, sp := c.do("POST", "/v1/jobs", waitJob("chat-w", 5000, 500))
+	code, sp := c.do("POST", "/v1/jobs", waitJob("chat-w", 8000, 500))
 	took := time.Since(start)
 	require.Equal(t, http.StatusAccepted, code, "%v", sp)
 	require.GreaterOrEqual(t, took, 500*time.Millisecond)
-	require.Less(t, took, 1500*time.Millisecond, "about the 500 ms budget")
+	require.Less(t, took, 4*time.Second, "back at the 500 ms budget, not when the job ended")
 	slow := sp["id"].(string)
 
 	// A client that hangs up mid-wait: the job carries on and is announced once.
@@ -53,7 +56,7 @@ func TestSpawnWithATimeBudget(t *testing.T) {
 	require.Error(t, err, "the client gave up")
 
 	got := map[string]bool{}
-	testenv.Eventually(t, 15*time.Second, "both background jobs announced and drained", func() bool {
+	testenv.Eventually(t, 60*time.Second, "both background jobs announced and drained", func() bool {
 		_, d := c.do("POST", "/v1/sessions/chat-w/drain", nil)
 		for _, n := range d["notifications"].([]any) {
 			got[n.(map[string]any)["job_id"].(string)] = true
