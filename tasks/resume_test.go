@@ -365,7 +365,7 @@ func TestBusySessionFoldsResumes(t *testing.T) {
 	require.Empty(t, rr.all(), "no resume while busy")
 
 	require.NoError(t, b.m.Idle(ctx, "alpha", "chat-1"))
-	testenv.Eventually(t, 5*time.Second, "one coalesced resume", func() bool { return len(rr.all()) == 1 })
+	testenv.Eventually(t, 20*time.Second, "one coalesced resume", func() bool { return len(rr.all()) == 1 })
 	time.Sleep(500 * time.Millisecond)
 	got := rr.all()
 	require.Len(t, got, 1)
@@ -412,7 +412,7 @@ func TestHeldThroughHoursOfBusyIsDeliveredOnce(t *testing.T) {
 	}
 	require.Empty(t, rr.all(), "held, not sent, while busy")
 	require.NoError(t, b.m.Idle(ctx, "alpha", "chat-h"))
-	testenv.Eventually(t, 5*time.Second, "the held resume", func() bool { return len(rr.all()) == 1 })
+	testenv.Eventually(t, 20*time.Second, "the held resume", func() bool { return len(rr.all()) == 1 })
 	ns := b.drain(t, "chat-h")
 	require.Len(t, ns, 1)
 	require.Contains(t, ns[0].Text, "<result>unread</result>")
@@ -574,7 +574,7 @@ func TestBatchJoinWaitsForLongReportsToBeIndexed(t *testing.T) {
 	for _, j := range res.Jobs {
 		b.waitStatus(t, j.ID, bgjobs.StatusCompleted, 10*time.Second)
 	}
-	testenv.Eventually(t, 5*time.Second, "the batch to join", func() bool {
+	testenv.Eventually(t, 20*time.Second, "the batch to join", func() bool {
 		bt, err := b.m.GetBatch(ctx, "alpha", res.BatchID)
 		return err == nil && bt.Joined
 	})
@@ -591,7 +591,7 @@ func TestBatchJoinWaitsForLongReportsToBeIndexed(t *testing.T) {
 	time.Sleep(300 * time.Millisecond)
 	require.Empty(t, rr.all())
 	b.m.MarkIndexed(ctx, []search.Doc{doc(res.Jobs[1])})
-	testenv.Eventually(t, 5*time.Second, "the join nudge", func() bool { return len(rr.all()) == 1 })
+	testenv.Eventually(t, 20*time.Second, "the join nudge", func() bool { return len(rr.all()) == 1 })
 	require.Equal(t, "resume-"+res.BatchID, rr.all()[0].MessageID)
 	ns = b.drain(t, "chat-bi")
 	require.Len(t, ns, 2, "the drain after the nudge hands over every member")

@@ -242,7 +242,7 @@ func TestBusyAndIdleOverHTTP(t *testing.T) {
 	code, idle := c.do("POST", "/v1/sessions/chat-9/idle", nil)
 	require.Equal(t, http.StatusOK, code)
 	require.Equal(t, false, idle["busy"])
-	testenv.Eventually(t, 5*time.Second, "one resume", func() bool { return len(hook.all()) == 1 })
+	testenv.Eventually(t, 20*time.Second, "one resume", func() bool { return len(hook.all()) == 1 })
 
 	code, e := c.do("POST", "/v1/sessions/chat-9/busy", map[string]any{"ttl_s": -3})
 	require.Equal(t, http.StatusBadRequest, code)
