@@ -26,10 +26,11 @@ func Median[T cmp.Ordered](v []T) T {
 	return s[len(s)/2]
 }
 
-// Spread is the lowest and highest of the ratios num[i]/den[i], each
-// taken within one round: the medians make the ratio a line reports, this
-// says how far single rounds strayed from it on a machine whose speed
-// drifts between rounds. Rounds missing from either side are left out.
+// Spread is "rounds lo–hi", the lowest and highest of the ratios
+// num[i]/den[i], each taken within one round: the medians make the ratio
+// a line reports, this says how far single rounds strayed from it on a
+// machine whose speed drifts between rounds. Rounds missing from either
+// side are left out; fewer than two rounds give "".
 func Spread(num, den []float64) string {
 	var lo, hi float64
 	n := 0
