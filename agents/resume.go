@@ -116,12 +116,17 @@ func (r *A2A) sendA2AResume(ctx context.Context, url, session, messageID string,
 	return nil
 }
 
-func (r *A2A) sendWebhook(ctx context.Context, url, secret, session, messageID string, meta bgjobs.ResumeMeta) error {
-	// The resume's object plus "session", encoded once.
-	body, err := json.Marshal(struct {
+// webhookBody is a webhook resume's body: the resume's object plus
+// "session", encoded once (not through metaMap's map).
+func webhookBody(session string, meta bgjobs.ResumeMeta) ([]byte, error) {
+	return json.Marshal(struct {
 		bgjobs.ResumeMeta
 		Session string `json:"session"`
 	}{meta, session})
+}
+
+func (r *A2A) sendWebhook(ctx context.Context, url, secret, session, messageID string, meta bgjobs.ResumeMeta) error {
+	body, err := webhookBody(session, meta)
 	if err != nil {
 		return err
 	}

@@ -157,7 +157,7 @@ func Run(ctx context.Context, o Options, out io.Writer) error {
 	// single rounds strayed.
 	ratio := func(label, goal, a, b string) {
 		if ra, rb := rate[a], rate[b]; ra > 0 && rb > 0 {
-			fmt.Fprintf(out, "%s: %.2f (%s)\n", label, ra/rb, strings.Join(nonEmpty(goal, stats.Spread(rounds[a], rounds[b])), "; "))
+			fmt.Fprintf(out, "%s: %.2f (%s)\n", label, ra/rb, notes(goal, stats.Spread(rounds[a], rounds[b])))
 		}
 	}
 	ratio("ratio bgjobs/asynq", "goal ≥ 0.70; baseline 0.37", "e2e", "asynq")
@@ -476,7 +476,8 @@ func fanOut(n, workers int, fn func(int) error) error {
 	return first
 }
 
-// nonEmpty is parts without the empty ones.
-func nonEmpty(parts ...string) []string {
-	return slices.DeleteFunc(parts, func(p string) bool { return p == "" })
+// notes joins a line's remarks (goal, baseline, spread), leaving out the
+// empty ones.
+func notes(parts ...string) string {
+	return strings.Join(slices.DeleteFunc(parts, func(p string) bool { return p == "" }), "; ")
 }

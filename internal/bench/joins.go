@@ -67,7 +67,7 @@ func Joins(ctx context.Context, o Options, rdb redis.UniversalClient, redisURL s
 			peer := n / stats.Median(theirs).Seconds()
 			spread := stats.Spread(stats.Rates(int(n), mine), stats.Rates(int(n), theirs))
 			line += fmt.Sprintf("   BullMQ flows %7.0f jobs/s   ratio %.2f (%s)", peer, rate/peer,
-				strings.Join(nonEmpty("goal ≥ 1.20", "baseline "+joinBaselines[shape], spread), "; "))
+				notes("goal ≥ 1.20", "baseline "+joinBaselines[shape], spread))
 		} else {
 			line += "   BullMQ: not measured (needs node, `npm ci` in internal/bench/bullmq, and a real Redis)"
 		}

@@ -9,7 +9,6 @@ import (
 	"math/rand/v2"
 	"net/http"
 	"os"
-	"strings"
 	"sync/atomic"
 	"time"
 
@@ -119,7 +118,7 @@ func Knowledge(ctx context.Context, rdb redis.UniversalClient, o Options, out io
 	fmt.Fprintf(out, "\nknowledge indexing, %d texts of ~2 KB, median of %d rounds\n", len(docs), o.Rounds)
 	fmt.Fprintf(out, "  %-53s %6.0f docs/s\n", "bleve, batches of 1,000, bgjobs' mapping", med(raw))
 	fmt.Fprintf(out, "  %-53s %6.0f docs/s   ratio %.2f (%s)\n", "reports stream → search writer (a burst of reports)", med(stream), med(stream)/med(raw),
-		strings.Join(nonEmpty("goal ≥ 0.80", stats.Spread(stream, raw)), "; "))
+		notes("goal ≥ 0.80", stats.Spread(stream, raw)))
 	for _, l := range []struct {
 		label     string
 		rates     []float64
@@ -130,7 +129,7 @@ func Knowledge(ctx context.Context, rdb redis.UniversalClient, o Options, out io
 		{fmt.Sprintf("the same, %d clients, %d texts a request", o.Clients, textsPerRequest), bulk, bulkBatch},
 	} {
 		fmt.Fprintf(out, "  %-53s %6.0f docs/s   ratio %.2f (%s), %.0f docs a batch\n",
-			l.label, med(l.rates), med(l.rates)/med(raw), strings.Join(nonEmpty("goal ≥ 0.80", "baseline 354–402 docs/s", stats.Spread(l.rates, raw)), "; "),
+			l.label, med(l.rates), med(l.rates)/med(raw), notes("goal ≥ 0.80", "baseline 354–402 docs/s", stats.Spread(l.rates, raw)),
 			med(l.perBatchs))
 	}
 	return nil
