@@ -129,9 +129,7 @@ func TestOffersAreAppliedAheadOfTheRead(t *testing.T) {
 	n, err := r.x.Count()
 	require.NoError(t, err)
 	require.EqualValues(t, callers*each+each, n)
-	ckpt, err := r.x.Checkpoint()
-	require.NoError(t, err)
-	require.Equal(t, all[0].ID, ckpt, "the checkpoint is the last entry")
+	checkpointReaches(t, r.x, all[0].ID)
 	r.w.earlyMu.Lock()
 	require.Empty(t, r.w.early, "every offered document was met by the read")
 	r.w.earlyMu.Unlock()
@@ -171,9 +169,7 @@ func TestTheReadWaitsForAnOfferInFlight(t *testing.T) {
 	require.NoError(t, r.waitFor(after, time.Minute))
 	require.True(t, indexed(t, r.x, "held"))
 	require.True(t, indexed(t, r.x, "after"))
-	ckpt, err = r.x.Checkpoint()
-	require.NoError(t, err)
-	require.Equal(t, after, ckpt)
+	checkpointReaches(t, r.x, after)
 }
 
 // An offer whose batch fails, and one cancelled after its append landed
@@ -280,4 +276,36 @@ func TestLeadingDocID(t *testing.T) {
 		require.Equal(t, want, got, in)
 		require.Equal(t, want != "", ok, in)
 	}
+}
+
+// Entries the offers applied leave the read only the checkpoint to move.
+// It is written at once when none was written for checkpointEvery, and
+// otherwise later, at the latest when the writer stops: the entries are
+// counted applied meanwhile, and the index never records a checkpoint past
+// a document it does not hold.
+func TestACheckpointLeftToTheReadIsWrittenLaterOrOnStop(t *testing.T) {
+	t.Parallel()
+	r := newOfferRig(t, nil, func(w *Writer) { w.checkpointEvery = time.Hour })
+	offer := func(id string) string {
+		d := note(id, "an offered note")
+		o := r.w.Expect([]Doc{d})
+		entry := r.add(d)
+		require.NoError(t, o.Apply(context.Background()))
+		require.NoError(t, r.waitFor(entry, time.Minute), "counted applied")
+		return entry
+	}
+	first := offer("first")
+	checkpointReaches(t, r.x, first) // the first write of the writer's life goes at once
+	offer("second")
+	third := offer("third")
+	ckpt, err := r.x.Checkpoint()
+	require.NoError(t, err)
+	require.Equal(t, first, ckpt, "within checkpointEvery of the last write, the checkpoint waits")
+	for _, id := range []string{"first", "second", "third"} {
+		require.True(t, indexed(t, r.x, id))
+	}
+	r.w.Stop()
+	ckpt, err = r.x.Checkpoint()
+	require.NoError(t, err)
+	require.Equal(t, third, ckpt, "Stop writes the checkpoint it held")
 }

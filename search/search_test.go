@@ -3,6 +3,7 @@ package search
 import (
 	"context"
 	"log/slog"
+	"strings"
 	"testing"
 	"time"
 
@@ -113,6 +114,21 @@ func TestPassagesSplitLongText(t *testing.T) {
 		total += len(d.Body)
 	}
 	require.Greater(t, total, 3*PassageChars-len(docs)*2)
+}
+
+// Document ids grow with time, so bleve can tell a new document has no
+// older copy in a segment from the segment's largest id alone.
+func TestNewDocIDsGrowWithTime(t *testing.T) {
+	t.Parallel()
+	prev := NewDocID("kn")
+	for range 5 {
+		time.Sleep(2 * time.Millisecond)
+		next := NewDocID("kn")
+		require.Less(t, prev, next)
+		require.True(t, strings.HasPrefix(next, "kn-"), next)
+		prev = next
+	}
+	require.NotEqual(t, NewDocID("kn"), NewDocID("kn"), "ids made in one millisecond differ")
 }
 
 func TestCompareIDs(t *testing.T) {

@@ -66,6 +66,8 @@ type Writer struct {
 	// loop's last forgetStale.
 	forget     time.Duration
 	lastForget time.Time
+	// checkpointEvery is the const of that name, longer in tests.
+	checkpointEvery time.Duration
 }
 
 // AliveTTL is how long AliveKey outlives the writer's last refresh.
@@ -88,6 +90,9 @@ func (w *Writer) Start(ctx context.Context) error {
 	w.early = map[string]*Offer{}
 	if w.forget == 0 {
 		w.forget = offerForget
+	}
+	if w.checkpointEvery == 0 {
+		w.checkpointEvery = checkpointEvery
 	}
 	ctx, w.stop = context.WithCancel(ctx)
 	w.wg.Go(func() { w.loop(ctx, from) })
@@ -260,14 +265,28 @@ func (w *Writer) loop(ctx context.Context, from string) {
 func (w *Writer) complete(ctx context.Context, queue <-chan *batch, failed *atomic.Bool) {
 	ctx = context.WithoutCancel(ctx)
 	failedGen := -1
-	for b := range queue {
+	var cp checkpointer
+	defer cp.flush(w)
+	tick := time.NewTicker(w.checkpointEvery)
+	defer tick.Stop()
+	for {
+		var b *batch
+		select {
+		case b = <-queue:
+		case <-tick.C:
+			cp.flush(w)
+			continue
+		}
+		if b == nil {
+			return // the queue is closed
+		}
 		err := <-b.done
 		if b.gen == failedGen {
 			close(b.finished) // after a failure: read and applied again
 			continue
 		}
-		if err == nil && b.checkpoint == "" {
-			err = w.Index.SetCheckpoint(b.last)
+		if err == nil {
+			cp.done(w, b)
 		}
 		if err != nil {
 			w.Log.Error("index batch", slog.Int("docs", len(b.docs)), slog.Any("err", err))
@@ -285,6 +304,47 @@ func (w *Writer) complete(ctx context.Context, queue <-chan *batch, failed *atom
 		}
 		close(b.finished)
 	}
+}
+
+// checkpointEvery: a checkpoint a batch did not carry (it was applied
+// beside another, or the offers had applied all its documents) is written
+// at most this often. Each write is a bleve batch of its own: with callers
+// waiting one text at a time, the read met their entries some hundred
+// times a second, each time only to move the checkpoint, and each of those
+// batches made bleve take a new snapshot of every segment in memory. A
+// crash re-reads at most this much more of the stream, applying again
+// documents that are in the index already, each over itself.
+const checkpointEvery = 100 * time.Millisecond
+
+// checkpointer holds the checkpoint complete has not yet written.
+type checkpointer struct {
+	pending     string
+	lastWritten time.Time
+}
+
+// done notes a batch complete: its checkpoint, if it carried none, is
+// written now if none was for checkpointEvery, else later (flush).
+func (c *checkpointer) done(w *Writer, b *batch) {
+	if b.checkpoint != "" {
+		c.pending = "" // written with the batch, and later than any pending
+		return
+	}
+	c.pending = b.last
+	if time.Since(c.lastWritten) >= w.checkpointEvery {
+		c.flush(w)
+	}
+}
+
+// flush writes the pending checkpoint; one that fails stays pending.
+func (c *checkpointer) flush(w *Writer) {
+	if c.pending == "" {
+		return
+	}
+	if err := w.Index.SetCheckpoint(c.pending); err != nil {
+		w.Log.Warn("index checkpoint", slog.String("entry", c.pending), slog.Any("err", err))
+		return
+	}
+	c.pending, c.lastWritten = "", time.Now()
 }
 
 // applyFunc is what applies a batch: the index, unless a test stands in.
