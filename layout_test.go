@@ -43,6 +43,7 @@ func TestLayout(t *testing.T) {
 		mod + "/internal/redisproc":                   "private redis-servers for tests and the bench",
 		mod + "/internal/bench":                       "raw asynq baseline and the bench's own Redis",
 		mod + "/internal/bench/stats":                 "the bench reads the server's CPU and command counts",
+		mod + "/internal/bench/knowledge":             "the knowledge phase's Managers and search writers, on the bench's Redis",
 		mod + "/search":                               "the search writer tails the reports stream",
 	}
 	sc := bufio.NewScanner(strings.NewReader(string(out)))

@@ -5,8 +5,6 @@ package bench
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -16,7 +14,6 @@ import (
 	"net/http"
 	"slices"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -26,6 +23,7 @@ import (
 
 	"github.com/bgjobs/bgjobs"
 	"github.com/bgjobs/bgjobs/handlers"
+	"github.com/bgjobs/bgjobs/internal/bench/knowledge"
 	"github.com/bgjobs/bgjobs/internal/bench/loadgen"
 	"github.com/bgjobs/bgjobs/internal/bench/recall"
 	"github.com/bgjobs/bgjobs/internal/bench/stats"
@@ -157,7 +155,7 @@ func Run(ctx context.Context, o Options, out io.Writer) error {
 	// single rounds strayed.
 	ratio := func(label, goal, a, b string) {
 		if ra, rb := rate[a], rate[b]; ra > 0 && rb > 0 {
-			fmt.Fprintf(out, "%s: %.2f (%s)\n", label, ra/rb, notes(goal, stats.Spread(rounds[a], rounds[b])))
+			fmt.Fprintf(out, "%s: %.2f (%s)\n", label, ra/rb, stats.Notes(goal, stats.Spread(rounds[a], rounds[b])))
 		}
 	}
 	ratio("ratio bgjobs/asynq", "goal ≥ 0.70; baseline 0.37", "e2e", "asynq")
@@ -196,7 +194,7 @@ func Run(ctx context.Context, o Options, out io.Writer) error {
 		{"joins", false, func() error { return Joins(ctx, o, rdb, bullURL, out) }},
 		{"resume", true, func() error { return Resume(ctx, o, out) }},
 		{"idle", true, func() error { return Idle(ctx, o, out) }},
-		{"knowledge", true, func() error { return Knowledge(ctx, rdb, o, out) }},
+		{"knowledge", true, func() error { return knowledge.Run(ctx, rdb, o.Clients, o.Rounds, out) }},
 		{"recall", true, func() error {
 			if o.RecallDocs == 0 {
 				return nil
@@ -240,11 +238,7 @@ func connect(ctx context.Context, url string) (redis.UniversalClient, string, fu
 	return rdb, "embedded miniredis (local Redis did not answer)", func() { _ = rdb.Close(); m.Close() }, nil
 }
 
-func namespace() string {
-	var b [4]byte
-	_, _ = rand.Read(b[:])
-	return "bench" + hex.EncodeToString(b[:])
-}
+func namespace() string { return redisns.Fresh("bench") }
 
 var quiet = slog.New(slog.DiscardHandler)
 
@@ -284,7 +278,7 @@ func rawAsynq(ctx context.Context, rdb redis.UniversalClient, o Options, split [
 	defer client.Close()
 
 	start := time.Now()
-	if err := fanOut(o.Jobs, o.Clients, func(int) error {
+	if err := loadgen.FanOut(o.Jobs, o.Clients, func(int) error {
 		_, err := client.EnqueueContext(ctx, asynq.NewTask("noop", nil, asynq.Queue(queue)))
 		return err
 	}); err != nil {
@@ -370,7 +364,7 @@ func spawned(ctx context.Context, rdb redis.UniversalClient, o Options, sessions
 		return nil, 0, err
 	}
 	start := time.Now()
-	if err := fanOut(o.Jobs, o.Clients, func(i int) error {
+	if err := loadgen.FanOut(o.Jobs, o.Clients, func(i int) error {
 		_, err := r.post("/v1/jobs", spawnBody(i, sessions))
 		return err
 	}); err != nil {
@@ -392,7 +386,7 @@ func endToEnd(ctx context.Context, rdb redis.UniversalClient, o Options, session
 	start := time.Now()
 	drained := make(chan error, 1)
 	go func() { drained <- r.drainAll(o.Jobs, sessions) }()
-	if err := fanOut(o.Jobs, o.Clients, func(i int) error {
+	if err := loadgen.FanOut(o.Jobs, o.Clients, func(i int) error {
 		_, err := r.post("/v1/jobs", spawnBody(i, sessions))
 		return err
 	}); err != nil {
@@ -448,36 +442,4 @@ func queuedJobs(ctx context.Context, rdb redis.UniversalClient, o Options) (run 
 		err := r.drainAll(o.Jobs, 1)
 		return time.Since(start), err
 	}, func() { w.Shutdown(); r.close() }, nil
-}
-
-// fanOut calls fn n times from workers goroutines, stopping at the first
-// error.
-func fanOut(n, workers int, fn func(int) error) error {
-	var next atomic.Int64
-	var wg sync.WaitGroup
-	var first error
-	var once sync.Once
-	for range workers {
-		wg.Go(func() {
-			for {
-				i := int(next.Add(1)) - 1
-				if i >= n {
-					return
-				}
-				if err := fn(i); err != nil {
-					once.Do(func() { first = err })
-					next.Store(int64(n))
-					return
-				}
-			}
-		})
-	}
-	wg.Wait()
-	return first
-}
-
-// notes joins a line's remarks (goal, baseline, spread), leaving out the
-// empty ones.
-func notes(parts ...string) string {
-	return strings.Join(slices.DeleteFunc(parts, func(p string) bool { return p == "" }), "; ")
 }

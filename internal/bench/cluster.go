@@ -122,7 +122,7 @@ func Cluster(ctx context.Context, o Options, out io.Writer) error {
 		one, many := rate(l.d[0]), rate(l.d[1])
 		spread := stats.Spread(stats.Rates(o.Jobs, l.d[1]), stats.Rates(o.Jobs, l.d[0]))
 		fmt.Fprintf(out, "  %-46s one Redis %7.0f jobs/s, cluster %7.0f jobs/s, ratio %.2f (%s)\n", l.label, one, many, many/one,
-			notes(l.goal, spread))
+			stats.Notes(l.goal, spread))
 	}
 	return nil
 }

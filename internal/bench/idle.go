@@ -8,6 +8,8 @@ import (
 
 	"github.com/bgjobs/bgjobs"
 	"github.com/bgjobs/bgjobs/handlers"
+	"github.com/bgjobs/bgjobs/internal/bench/knowledge"
+	"github.com/bgjobs/bgjobs/internal/bench/loadgen"
 	"github.com/bgjobs/bgjobs/internal/bench/stats"
 	"github.com/bgjobs/bgjobs/internal/redisns"
 	"github.com/bgjobs/bgjobs/tasks"
@@ -39,12 +41,12 @@ func Idle(ctx context.Context, o Options, out io.Writer) error {
 		return err
 	}
 	defer w.Shutdown()
-	mem, stopMemory, err := startMemory(ctx, rdb, m)
+	mem, stopMemory, err := knowledge.StartMemory(ctx, rdb, m)
 	if err != nil {
 		return err
 	}
 	defer stopMemory()
-	_, stopAPI, err := serve(handlers.NewServer(cfg, handlers.Deps{Manager: m, Memory: mem, Log: quiet}))
+	_, stopAPI, err := loadgen.Serve(handlers.NewServer(cfg, handlers.Deps{Manager: m, Memory: mem, Log: quiet}))
 	if err != nil {
 		return err
 	}

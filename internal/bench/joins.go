@@ -67,7 +67,7 @@ func Joins(ctx context.Context, o Options, rdb redis.UniversalClient, redisURL s
 			peer := n / stats.Median(theirs).Seconds()
 			spread := stats.Spread(stats.Rates(int(n), mine), stats.Rates(int(n), theirs))
 			line += fmt.Sprintf("   BullMQ flows %7.0f jobs/s   ratio %.2f (%s)", peer, rate/peer,
-				notes("goal ≥ 1.20", "baseline "+joinBaselines[shape], spread))
+				stats.Notes("goal ≥ 1.20", "baseline "+joinBaselines[shape], spread))
 		} else {
 			line += "   BullMQ: not measured (needs node, `npm ci` in internal/bench/bullmq, and a real Redis)"
 		}
@@ -117,13 +117,13 @@ func bgjobsJoins(ctx context.Context, rdb redis.UniversalClient, o Options, batc
 		return 0, err
 	}
 	defer w.Shutdown()
-	api, stopAPI, err := serve(handlers.NewServer(cfg, handlers.Deps{Manager: m, Log: quiet}))
+	api, stopAPI, err := loadgen.Serve(handlers.NewServer(cfg, handlers.Deps{Manager: m, Log: quiet}))
 	if err != nil {
 		return 0, err
 	}
 	defer stopAPI()
 	arr := &arrivals{at: map[string]time.Time{}}
-	hookURL, stopHook, err := serve(arr.webhook())
+	hookURL, stopHook, err := loadgen.Serve(arr.webhook())
 	if err != nil {
 		return 0, err
 	}
@@ -140,7 +140,7 @@ func bgjobsJoins(ctx context.Context, rdb redis.UniversalClient, o Options, batc
 	defer pc.Close()
 	ids := make([]string, batches)
 	start := time.Now()
-	if err := fanOut(batches, o.Clients, func(i int) error {
+	if err := loadgen.FanOut(batches, o.Clients, func(i int) error {
 		body := fmt.Sprintf(`{"origin_session":"join-%d","jobs":[%s]}`, i, members)
 		status, raw, err := pc.Post("/v1/batches", []byte(body))
 		if err != nil {

@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"slices"
 	"strings"
@@ -20,6 +19,7 @@ import (
 	"github.com/bgjobs/bgjobs"
 	"github.com/bgjobs/bgjobs/agents"
 	"github.com/bgjobs/bgjobs/handlers"
+	"github.com/bgjobs/bgjobs/internal/bench/loadgen"
 	"github.com/bgjobs/bgjobs/internal/netguard"
 	"github.com/bgjobs/bgjobs/internal/redisns"
 	"github.com/bgjobs/bgjobs/tasks"
@@ -103,16 +103,6 @@ func (a2aReceiver) Cancel(context.Context, *a2asrv.RequestContext, eventqueue.Qu
 	return nil
 }
 
-func serve(h http.Handler) (string, func(), error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return "", nil, err
-	}
-	srv := &http.Server{Handler: h}
-	go func() { _ = srv.Serve(ln) }()
-	return "http://" + ln.Addr().String(), func() { _ = srv.Close() }, nil
-}
-
 // Resume measures completion → resume received, to an A2A agent and to a
 // webhook, on an otherwise idle system; then a 1,000-member fan-out spawned
 // in one call and the time from its last settle to its join resume.
@@ -133,19 +123,19 @@ func Resume(ctx context.Context, o Options, out io.Writer) error {
 		return err
 	}
 	defer w.Shutdown()
-	api, stopAPI, err := serve(handlers.NewServer(cfg, handlers.Deps{Manager: m, Log: quiet}))
+	api, stopAPI, err := loadgen.Serve(handlers.NewServer(cfg, handlers.Deps{Manager: m, Log: quiet}))
 	if err != nil {
 		return err
 	}
 	defer stopAPI()
 
 	arr := &arrivals{at: map[string]time.Time{}}
-	a2aURL, stopA2A, err := serve(a2asrv.NewJSONRPCHandler(a2asrv.NewHandler(a2aReceiver{arr})))
+	a2aURL, stopA2A, err := loadgen.Serve(a2asrv.NewJSONRPCHandler(a2asrv.NewHandler(a2aReceiver{arr})))
 	if err != nil {
 		return err
 	}
 	defer stopA2A()
-	hookURL, stopHook, err := serve(arr.webhook())
+	hookURL, stopHook, err := loadgen.Serve(arr.webhook())
 	if err != nil {
 		return err
 	}

@@ -3,6 +3,8 @@ package redisns
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -28,4 +30,11 @@ func DropNamespace(ctx context.Context, rdb redis.UniversalClient, ns string) {
 	for _, q := range []string{"turns", "work", "resume", "control", "raw"} {
 		rdb.SRem(ctx, "asynq:queues", ns+":"+q)
 	}
+}
+
+// Fresh returns a namespace no one else uses: prefix and random hex.
+func Fresh(prefix string) string {
+	var b [4]byte
+	_, _ = rand.Read(b[:])
+	return prefix + hex.EncodeToString(b[:])
 }

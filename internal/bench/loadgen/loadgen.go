@@ -1,6 +1,7 @@
 // Package loadgen is the bench's HTTP load generator: JSON POSTs over
 // kept-alive HTTP/1.1 connections, one request at a time on each, written
-// and read on the caller's goroutine.
+// and read on the caller's goroutine; the callers fanned out over
+// goroutines (FanOut); and the loopback servers they load (Serve).
 package loadgen
 
 import (
@@ -11,6 +12,8 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
 )
 
 // Poster posts to one server. net/http's client hands every request to a
@@ -96,4 +99,42 @@ func (p *Poster) Close() {
 			return
 		}
 	}
+}
+
+// FanOut calls fn n times from workers goroutines, stopping at the first
+// error.
+func FanOut(n, workers int, fn func(int) error) error {
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	var first error
+	var once sync.Once
+	for range workers {
+		wg.Go(func() {
+			for {
+				i := int(next.Add(1)) - 1
+				if i >= n {
+					return
+				}
+				if err := fn(i); err != nil {
+					once.Do(func() { first = err })
+					next.Store(int64(n))
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	return first
+}
+
+// Serve serves h on a loopback port and returns its base URL and how to
+// stop it.
+func Serve(h http.Handler) (base string, stop func(), err error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", nil, err
+	}
+	srv := &http.Server{Handler: h}
+	go func() { _ = srv.Serve(ln) }()
+	return "http://" + ln.Addr().String(), func() { _ = srv.Close() }, nil
 }

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
 )
 
 // TestPostsSpeakHTTP posts as the bench does: bodies arrive whole, answers
@@ -73,5 +74,57 @@ func TestPostsSpeakHTTP(t *testing.T) {
 	}
 	if _, err := New("https://example.test", 1); err == nil {
 		t.Error("an https base was taken")
+	}
+}
+
+// FanOut calls fn once for each index, from as many goroutines as asked,
+// and stops handing out indexes at the first error, which it returns.
+func TestFanOutCallsEachIndexOnceAndStopsAtAnError(t *testing.T) {
+	var calls [1000]atomic.Int64
+	if err := FanOut(len(calls), 8, func(i int) error { calls[i].Add(1); return nil }); err != nil {
+		t.Fatal(err)
+	}
+	for i := range calls {
+		if n := calls[i].Load(); n != 1 {
+			t.Fatalf("index %d called %d times", i, n)
+		}
+	}
+	var after atomic.Int64
+	err := FanOut(100000, 4, func(i int) error {
+		if i == 10 {
+			return fmt.Errorf("index %d failed", i)
+		}
+		if i > 10 {
+			after.Add(1)
+			time.Sleep(time.Millisecond) // all 100,000 would take 25 s
+		}
+		return nil
+	})
+	if err == nil || err.Error() != "index 10 failed" {
+		t.Fatalf("err = %v", err)
+	}
+	if after.Load() > 1000 {
+		t.Fatalf("%d indexes after the failure were still called", after.Load())
+	}
+}
+
+// Serve answers on a loopback port until stopped.
+func TestServeAnswersUntilStopped(t *testing.T) {
+	base, stop, err := Serve(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, "up") }))
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := http.Get(base)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(res.Body)
+	res.Body.Close()
+	if string(b) != "up" || !strings.HasPrefix(base, "http://127.0.0.1:") {
+		t.Fatalf("%s answered %q", base, b)
+	}
+	stop()
+	if _, err := http.Get(base); err == nil {
+		t.Fatal("still answering after stop")
 	}
 }

@@ -174,3 +174,9 @@ func GCPercent() int {
 	metrics.Read(s)
 	return int(s[0].Value.Uint64())
 }
+
+// Notes joins a line's remarks (goal, baseline, spread), leaving out the
+// empty ones.
+func Notes(parts ...string) string {
+	return strings.Join(slices.DeleteFunc(parts, func(p string) bool { return p == "" }), "; ")
+}

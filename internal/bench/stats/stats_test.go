@@ -30,3 +30,12 @@ func TestSpreadIsTheRangeOfRoundRatios(t *testing.T) {
 		t.Errorf("Rates = %v", got)
 	}
 }
+
+func TestNotesLeaveOutEmptyRemarks(t *testing.T) {
+	if got := Notes("goal ≥ 0.80", "", "rounds 0.7–0.9"); got != "goal ≥ 0.80; rounds 0.7–0.9" {
+		t.Fatalf("Notes = %q", got)
+	}
+	if got := Notes("", ""); got != "" {
+		t.Fatalf("Notes of nothing = %q", got)
+	}
+}

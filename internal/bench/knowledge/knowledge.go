@@ -1,4 +1,7 @@
-package bench
+// Package knowledge is the bench's knowledge phase: POST /v1/knowledge
+// beside bleve itself indexing the same texts, and the index with its
+// writer as serve runs them (StartMemory), which the idle phase uses too.
+package knowledge
 
 import (
 	"context"
@@ -31,25 +34,25 @@ const knowledgeDocs = 5000
 // (POST /v1/knowledge's documents).
 const textsPerRequest = 20
 
-// memory is an index with its writer, as the API uses them, and what the
+// Memory is an index with its writer, as the API uses them, and what the
 // writer has applied: batches, and documents in them.
-type memory struct {
+type Memory struct {
 	*search.Index
 	*search.Writer
 	batches, docs *atomic.Int64
 }
 
-// startMemory opens an index in a temporary directory with its writer
+// StartMemory opens an index in a temporary directory with its writer
 // tailing m's reports stream, as serve does; stop closes and removes it.
-func startMemory(ctx context.Context, rdb redis.UniversalClient, m *tasks.Manager) (mem memory, stop func(), err error) {
+func StartMemory(ctx context.Context, rdb redis.UniversalClient, m *tasks.Manager) (mem Memory, stop func(), err error) {
 	dir, err := os.MkdirTemp("", "bgjobs-bench-index")
 	if err != nil {
-		return memory{}, nil, err
+		return Memory{}, nil, err
 	}
 	x, _, err := search.Open(dir, quiet)
 	if err != nil {
 		_ = os.RemoveAll(dir)
-		return memory{}, nil, err
+		return Memory{}, nil, err
 	}
 	batches, applied := &atomic.Int64{}, &atomic.Int64{}
 	onIndexed := func(ctx context.Context, docs []search.Doc) {
@@ -61,47 +64,51 @@ func startMemory(ctx context.Context, rdb redis.UniversalClient, m *tasks.Manage
 	if err := w.Start(ctx); err != nil {
 		_ = x.Close()
 		_ = os.RemoveAll(dir)
-		return memory{}, nil, err
+		return Memory{}, nil, err
 	}
-	return memory{x, w, batches, applied}, func() {
+	return Memory{x, w, batches, applied}, func() {
 		w.Stop()
 		_ = x.Close()
 		_ = os.RemoveAll(dir)
 	}, nil
 }
 
-// Knowledge measures POST /v1/knowledge (each answer waits until its text
-// is searchable) from o.Clients clients and from four times as many, one
-// text a request, and from o.Clients clients sending textsPerRequest each,
+// Run measures POST /v1/knowledge (each answer waits until its text is
+// searchable) from clients clients and from four times as many, one text a
+// request, and from clients clients sending textsPerRequest each,
 // beside bleve itself indexing the same texts with bgjobs' mapping in
 // batches of 1,000, and the reports stream read by the search writer;
 // rounds alternate them, after a run of bleve that is not counted (the
 // first in a process is the slowest), medians reported.
-func Knowledge(ctx context.Context, rdb redis.UniversalClient, o Options, out io.Writer) error {
+func Run(ctx context.Context, rdb redis.UniversalClient, clients, rounds int, out io.Writer) error {
+	return run(ctx, rdb, clients, rounds, knowledgeDocs, out)
+}
+
+// run is Run over n texts.
+func run(ctx context.Context, rdb redis.UniversalClient, clients, rounds, n int, out io.Writer) error {
 	r := rand.New(rand.NewPCG(3, 4))
 	filler := recall.Filler()
-	docs := make([]search.Doc, knowledgeDocs)
+	docs := make([]search.Doc, n)
 	for i := range docs {
 		docs[i] = recall.Doc(r, i, filler)
 	}
 	var raw, api, busy, bulk, stream, apiBatch, busyBatch, bulkBatch []float64
-	// Each answer waits for its text's batch, so with o.Clients the rate
-	// is bound by that wait; four times as many show what the index takes
+	// Each answer waits for its text's batch, so with clients the rate is
+	// bound by that wait; four times as many show what the index takes
 	// when enough texts arrive at once.
-	many := o
-	many.Clients = 4 * o.Clients
+	many := 4 * clients
 	// The first round's bleve ran cold and set that round's ratios apart
 	// from the rest (0.52–0.99 from 32 clients in one run).
 	if _, err := rawIndexing(docs); err != nil {
 		return err
 	}
-	for range o.Rounds {
+	for range rounds {
 		rate, err := rawIndexing(docs)
 		if err != nil {
 			return err
 		}
 		raw = append(raw, rate)
-		rate, perBatch, err := knowledgeOverHTTP(ctx, rdb, o, docs, 1)
+		rate, perBatch, err := knowledgeOverHTTP(ctx, rdb, clients, docs, 1)
 		if err != nil {
 			return err
 		}
@@ -110,7 +117,7 @@ func Knowledge(ctx context.Context, rdb redis.UniversalClient, o Options, out io
 			return err
 		}
 		busy, busyBatch = append(busy, rate), append(busyBatch, perBatch)
-		if rate, perBatch, err = knowledgeOverHTTP(ctx, rdb, o, docs, textsPerRequest); err != nil {
+		if rate, perBatch, err = knowledgeOverHTTP(ctx, rdb, clients, docs, textsPerRequest); err != nil {
 			return err
 		}
 		bulk, bulkBatch = append(bulk, rate), append(bulkBatch, perBatch)
@@ -120,21 +127,21 @@ func Knowledge(ctx context.Context, rdb redis.UniversalClient, o Options, out io
 		stream = append(stream, rate)
 	}
 	med := stats.Median[float64]
-	fmt.Fprintf(out, "\nknowledge indexing, %d texts of ~2 KB, median of %d rounds\n", len(docs), o.Rounds)
+	fmt.Fprintf(out, "\nknowledge indexing, %d texts of ~2 KB, median of %d rounds\n", len(docs), rounds)
 	fmt.Fprintf(out, "  %-53s %6.0f docs/s\n", "bleve, batches of 1,000, bgjobs' mapping", med(raw))
 	fmt.Fprintf(out, "  %-53s %6.0f docs/s   ratio %.2f (%s)\n", "reports stream → search writer (a burst of reports)", med(stream), med(stream)/med(raw),
-		notes("goal ≥ 0.80", stats.Spread(stream, raw)))
+		stats.Notes("goal ≥ 0.80", stats.Spread(stream, raw)))
 	for _, l := range []struct {
 		label     string
 		rates     []float64
 		perBatchs []float64
 	}{
-		{fmt.Sprintf("POST /v1/knowledge, %d clients, searchable on 201", o.Clients), api, apiBatch},
-		{fmt.Sprintf("POST /v1/knowledge, %d clients, searchable on 201", many.Clients), busy, busyBatch},
-		{fmt.Sprintf("the same, %d clients, %d texts a request", o.Clients, textsPerRequest), bulk, bulkBatch},
+		{fmt.Sprintf("POST /v1/knowledge, %d clients, searchable on 201", clients), api, apiBatch},
+		{fmt.Sprintf("POST /v1/knowledge, %d clients, searchable on 201", many), busy, busyBatch},
+		{fmt.Sprintf("the same, %d clients, %d texts a request", clients, textsPerRequest), bulk, bulkBatch},
 	} {
 		fmt.Fprintf(out, "  %-53s %6.0f docs/s   ratio %.2f (%s), %.0f docs a batch\n",
-			l.label, med(l.rates), med(l.rates)/med(raw), notes("goal ≥ 0.80", "baseline 354–402 docs/s", stats.Spread(l.rates, raw)),
+			l.label, med(l.rates), med(l.rates)/med(raw), stats.Notes("goal ≥ 0.80", "baseline 354–402 docs/s", stats.Spread(l.rates, raw)),
 			med(l.perBatchs))
 	}
 	return nil
@@ -163,11 +170,11 @@ func rawIndexing(docs []search.Doc) (float64, error) {
 // streamIndexing appends docs to the reports stream at once, as a burst of
 // settles would, and times the search writer until the last is searchable.
 func streamIndexing(ctx context.Context, rdb redis.UniversalClient, docs []search.Doc) (float64, error) {
-	ns := namespace()
+	ns := redisns.Fresh("bench")
 	defer redisns.DropNamespace(context.Background(), rdb, ns)
 	m := tasks.NewManager(rdb, bgjobs.Config{Namespace: ns}.WithDefaults(), tasks.Deps{Logger: quiet})
 	defer m.Close()
-	mem, stopMemory, err := startMemory(ctx, rdb, m)
+	mem, stopMemory, err := StartMemory(ctx, rdb, m)
 	if err != nil {
 		return 0, err
 	}
@@ -189,23 +196,23 @@ func streamIndexing(ctx context.Context, rdb redis.UniversalClient, docs []searc
 
 // knowledgeOverHTTP posts docs, perRequest texts a request, and returns the
 // rate and the documents per batch the search writer applied.
-func knowledgeOverHTTP(ctx context.Context, rdb redis.UniversalClient, o Options, docs []search.Doc, perRequest int) (rate, perBatch float64, err error) {
-	ns := namespace()
+func knowledgeOverHTTP(ctx context.Context, rdb redis.UniversalClient, clients int, docs []search.Doc, perRequest int) (rate, perBatch float64, err error) {
+	ns := redisns.Fresh("bench")
 	defer redisns.DropNamespace(context.Background(), rdb, ns)
 	cfg := bgjobs.Config{Namespace: ns}.WithDefaults()
 	m := tasks.NewManager(rdb, cfg, tasks.Deps{Logger: quiet})
 	defer m.Close()
-	mem, stopMemory, err := startMemory(ctx, rdb, m)
+	mem, stopMemory, err := StartMemory(ctx, rdb, m)
 	if err != nil {
 		return 0, 0, err
 	}
 	defer stopMemory()
-	api, stop, err := serve(handlers.NewServer(cfg, handlers.Deps{Manager: m, Memory: mem, Log: quiet}))
+	api, stop, err := loadgen.Serve(handlers.NewServer(cfg, handlers.Deps{Manager: m, Memory: mem, Log: quiet}))
 	if err != nil {
 		return 0, 0, err
 	}
 	defer stop()
-	pc, err := loadgen.New(api, o.Clients+1)
+	pc, err := loadgen.New(api, clients+1)
 	if err != nil {
 		return 0, 0, err
 	}
@@ -226,7 +233,7 @@ func knowledgeOverHTTP(ctx context.Context, rdb redis.UniversalClient, o Options
 		}
 	}
 	start := time.Now()
-	err = fanOut(requests, o.Clients, func(i int) error {
+	err = loadgen.FanOut(requests, clients, func(i int) error {
 		status, b, err := pc.Post("/v1/knowledge", bodies[i])
 		if err != nil {
 			return err
@@ -252,3 +259,5 @@ func knowledgeOverHTTP(ctx context.Context, rdb redis.UniversalClient, o Options
 	}
 	return float64(len(docs)) / took.Seconds(), float64(mem.docs.Load()) / float64(max(1, mem.batches.Load())), nil
 }
+
+var quiet = slog.New(slog.DiscardHandler)
