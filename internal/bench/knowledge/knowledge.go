@@ -92,7 +92,6 @@ func run(ctx context.Context, rdb redis.UniversalClient, clients, rounds, n int,
 	for i := range docs {
 		docs[i] = recall.Doc(r, i, filler)
 	}
-	var raw, api, busy, bulk, stream, apiBatch, busyBatch, bulkBatch []float64
 	// Each answer waits for its text's batch, so with clients the rate is
 	// bound by that wait; four times as many show what the index takes
 	// when enough texts arrive at once.
@@ -102,49 +101,67 @@ func run(ctx context.Context, rdb redis.UniversalClient, clients, rounds, n int,
 	if _, err := rawIndexing(docs); err != nil {
 		return err
 	}
+	var raw, stream, api, busy, bulk line
 	for range rounds {
-		rate, err := rawIndexing(docs)
-		if err != nil {
-			return err
+		for _, m := range []struct {
+			l   *line
+			run func() (rate, perBatch float64, err error)
+		}{
+			{&raw, func() (float64, float64, error) { rate, err := rawIndexing(docs); return rate, 0, err }},
+			{&api, func() (float64, float64, error) { return knowledgeOverHTTP(ctx, rdb, clients, docs, 1) }},
+			{&busy, func() (float64, float64, error) { return knowledgeOverHTTP(ctx, rdb, many, docs, 1) }},
+			{&bulk, func() (float64, float64, error) { return knowledgeOverHTTP(ctx, rdb, clients, docs, textsPerRequest) }},
+			{&stream, func() (float64, float64, error) { rate, err := streamIndexing(ctx, rdb, docs); return rate, 0, err }},
+		} {
+			meter := stats.Meter(ctx, rdb)
+			rate, perBatch, err := m.run()
+			if err != nil {
+				return err
+			}
+			m.l.rates, m.l.perBatch = append(m.l.rates, rate), append(m.l.perBatch, perBatch)
+			m.l.costs = append(m.l.costs, meter(len(docs)))
 		}
-		raw = append(raw, rate)
-		rate, perBatch, err := knowledgeOverHTTP(ctx, rdb, clients, docs, 1)
-		if err != nil {
-			return err
-		}
-		api, apiBatch = append(api, rate), append(apiBatch, perBatch)
-		if rate, perBatch, err = knowledgeOverHTTP(ctx, rdb, many, docs, 1); err != nil {
-			return err
-		}
-		busy, busyBatch = append(busy, rate), append(busyBatch, perBatch)
-		if rate, perBatch, err = knowledgeOverHTTP(ctx, rdb, clients, docs, textsPerRequest); err != nil {
-			return err
-		}
-		bulk, bulkBatch = append(bulk, rate), append(bulkBatch, perBatch)
-		if rate, err = streamIndexing(ctx, rdb, docs); err != nil {
-			return err
-		}
-		stream = append(stream, rate)
 	}
 	med := stats.Median[float64]
 	fmt.Fprintf(out, "\nknowledge indexing, %d texts of ~2 KB, median of %d rounds\n", len(docs), rounds)
-	fmt.Fprintf(out, "  %-53s %6.0f docs/s\n", "bleve, batches of 1,000, bgjobs' mapping", med(raw))
-	fmt.Fprintf(out, "  %-53s %6.0f docs/s   ratio %.2f (%s)\n", "reports stream → search writer (a burst of reports)", med(stream), med(stream)/med(raw),
-		stats.Notes("goal ≥ 0.80", stats.Spread(stream, raw)))
+	fmt.Fprintf(out, "  %-53s %6.0f docs/s\n", "bleve, batches of 1,000, bgjobs' mapping", med(raw.rates))
+	fmt.Fprintf(out, "  %-53s %6.0f docs/s   ratio %.2f (%s)\n", "reports stream → search writer (a burst of reports)", med(stream.rates), med(stream.rates)/med(raw.rates),
+		stats.Notes("goal ≥ 0.80", stats.Spread(stream.rates, raw.rates)))
 	for _, l := range []struct {
-		label     string
-		rates     []float64
-		perBatchs []float64
+		label string
+		line
 	}{
-		{fmt.Sprintf("POST /v1/knowledge, %d clients, searchable on 201", clients), api, apiBatch},
-		{fmt.Sprintf("POST /v1/knowledge, %d clients, searchable on 201", many), busy, busyBatch},
-		{fmt.Sprintf("the same, %d clients, %d texts a request", clients, textsPerRequest), bulk, bulkBatch},
+		{fmt.Sprintf("POST /v1/knowledge, %d clients, searchable on 201", clients), api},
+		{fmt.Sprintf("POST /v1/knowledge, %d clients, searchable on 201", many), busy},
+		{fmt.Sprintf("the same, %d clients, %d texts a request", clients, textsPerRequest), bulk},
 	} {
 		fmt.Fprintf(out, "  %-53s %6.0f docs/s   ratio %.2f (%s), %.0f docs a batch\n",
-			l.label, med(l.rates), med(l.rates)/med(raw), stats.Notes("goal ≥ 0.80", "baseline 354–402 docs/s", stats.Spread(l.rates, raw)),
-			med(l.perBatchs))
+			l.label, med(l.rates), med(l.rates)/med(raw.rates), stats.Notes("goal ≥ 0.80", "baseline 354–402 docs/s", stats.Spread(l.rates, raw.rates)),
+			med(l.perBatch))
+	}
+	// CPU per text is steadier than the rates on a shared machine: bleve's
+	// own rate swung a fifth between runs minutes apart.
+	fmt.Fprintln(out, "  per text (median of rounds; this process includes the load generator and the index):")
+	for _, l := range []struct {
+		label string
+		line
+	}{
+		{"bleve, batches of 1,000", raw},
+		{"reports stream → search writer", stream},
+		{fmt.Sprintf("POST, %d clients", clients), api},
+		{fmt.Sprintf("POST, %d clients", many), busy},
+		{fmt.Sprintf("POST, %d clients, %d texts each", clients, textsPerRequest), bulk},
+	} {
+		stats.MedianCost(l.costs).Print(out, l.label)
 	}
 	return nil
+}
+
+// line is one knowledge line's rounds: its rates, documents a batch (0
+// where the phase has no batches of its own to count) and costs per text.
+type line struct {
+	rates, perBatch []float64
+	costs           []stats.Cost
 }
 
 func rawIndexing(docs []search.Doc) (float64, error) {

@@ -10,8 +10,8 @@ import (
 )
 
 // The phase runs as make bench runs it, on fewer texts: every line is
-// printed with its rate, and each POST line with its ratio, goal and
-// documents a batch.
+// printed with its rate, each POST line with its ratio, goal and documents
+// a batch, and each line's CPU per text.
 func TestThePhasePrintsEveryLine(t *testing.T) {
 	env := testenv.New(t)
 	var out bytes.Buffer
@@ -36,5 +36,8 @@ func TestThePhasePrintsEveryLine(t *testing.T) {
 	}
 	if n := strings.Count(got, "goal ≥ 0.80"); n != 4 {
 		t.Errorf("%d lines give the goal, want 4:\n%s", n, got)
+	}
+	if n := strings.Count(got, "µs CPU   Redis"); !strings.Contains(got, "per text") || n != 5 {
+		t.Errorf("%d lines give their CPU per text, want 5:\n%s", n, got)
 	}
 }
