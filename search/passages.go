@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strings"
 	"time"
+	"unicode/utf8"
 )
 
 // PassageChars is the size a long text is split into for indexing.
@@ -27,9 +28,16 @@ func NewDocID(prefix string) string {
 // Passages splits text into documents of about PassageChars, at paragraph
 // or line boundaries where it can; the first keeps id, the rest id#2, id#3…
 func Passages(id, agent, session, source, title, text string, tier int) []Doc {
+	now := time.Now().UTC()
+	if utf8.ValidString(text) && utf8.RuneCountInString(text) <= PassageChars {
+		// One passage, the text as it is: the split below would copy it
+		// into runes and back, as much CPU as decoding its request. (It
+		// also turns each invalid byte into U+FFFD; a valid text has none.)
+		return []Doc{{DocID: id, Agent: agent, Session: session, SourceType: source, Heading: title,
+			Body: strings.TrimSpace(text), TrustTier: tier, CreatedAt: now}}
+	}
 	var docs []Doc
 	rest := []rune(text)
-	now := time.Now().UTC()
 	for n := 1; ; n++ {
 		chunk := rest
 		if len(chunk) > PassageChars {

@@ -98,6 +98,27 @@ func TestANewReportSupersedesTheOld(t *testing.T) {
 	require.Equal(t, "2-0", cp)
 }
 
+// A text of one passage is kept as it is, without the split's copy into
+// runes: the documents are those the split makes, at and around the size
+// limit, in several scripts, and for invalid UTF-8 (which takes the split,
+// each bad byte becoming U+FFFD).
+func TestPassagesOfOneTextAreWhatTheSplitMakes(t *testing.T) {
+	t.Parallel()
+	// What the split makes of a text of at most PassageChars runes.
+	split := func(text string) string { return strings.TrimSpace(string([]rune(text))) }
+	for _, text := range []string{
+		"", "  a note  \n", strings.Repeat("x", PassageChars), strings.Repeat("é", PassageChars),
+		strings.Repeat("日本", PassageChars/2), "bad \xff byte \xc3", "\xff" + strings.Repeat("y", PassageChars-1),
+	} {
+		docs := Passages("kn-1", "alpha", "s", SourceIngest, "Note", text, TrustExternal)
+		require.Len(t, docs, 1, "%q", text)
+		require.Equal(t, split(text), docs[0].Body, "%q", text)
+		require.Equal(t, "kn-1", docs[0].DocID)
+		require.Equal(t, "Note", docs[0].Heading)
+	}
+	require.Len(t, Passages("kn-1", "alpha", "s", SourceIngest, "Note", strings.Repeat("é", PassageChars+1), TrustExternal), 2)
+}
+
 func TestPassagesSplitLongText(t *testing.T) {
 	t.Parallel()
 	text := ""
