@@ -286,14 +286,7 @@ func TestLeadingDocID(t *testing.T) {
 func TestACheckpointLeftToTheReadIsWrittenLaterOrOnStop(t *testing.T) {
 	t.Parallel()
 	r := newOfferRig(t, nil, func(w *Writer) { w.checkpointEvery = time.Hour })
-	offer := func(id string) string {
-		d := note(id, "an offered note")
-		o := r.w.Expect([]Doc{d})
-		entry := r.add(d)
-		require.NoError(t, o.Apply(context.Background()))
-		require.NoError(t, r.waitFor(entry, time.Minute), "counted applied")
-		return entry
-	}
+	offer := offerer(t, r)
 	first := offer("first")
 	checkpointReaches(t, r.x, first) // the first write of the writer's life goes at once
 	offer("second")
@@ -308,4 +301,27 @@ func TestACheckpointLeftToTheReadIsWrittenLaterOrOnStop(t *testing.T) {
 	ckpt, err = r.x.Checkpoint()
 	require.NoError(t, err)
 	require.Equal(t, third, ckpt, "Stop writes the checkpoint it held")
+}
+
+// With nothing more arriving, a checkpoint held back is written once
+// checkpointEvery has passed, the writer still running.
+func TestAHeldCheckpointIsWrittenWhenDue(t *testing.T) {
+	t.Parallel()
+	r := newOfferRig(t, nil, func(w *Writer) { w.checkpointEvery = 300 * time.Millisecond })
+	offer := offerer(t, r)
+	checkpointReaches(t, r.x, offer("first"))
+	checkpointReaches(t, r.x, offer("second"))
+}
+
+// offerer offers one note at a time as POST /v1/knowledge does, and
+// returns its stream entry once the writer counts it applied.
+func offerer(t *testing.T, r *offerRig) func(id string) string {
+	return func(id string) string {
+		d := note(id, "an offered note")
+		o := r.w.Expect([]Doc{d})
+		entry := r.add(d)
+		require.NoError(t, o.Apply(context.Background()))
+		require.NoError(t, r.waitFor(entry, time.Minute), "counted applied")
+		return entry
+	}
 }

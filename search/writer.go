@@ -267,13 +267,11 @@ func (w *Writer) complete(ctx context.Context, queue <-chan *batch, failed *atom
 	failedGen := -1
 	var cp checkpointer
 	defer cp.flush(w)
-	tick := time.NewTicker(w.checkpointEvery)
-	defer tick.Stop()
 	for {
 		var b *batch
 		select {
 		case b = <-queue:
-		case <-tick.C:
+		case <-cp.due:
 			cp.flush(w)
 			continue
 		}
@@ -316,32 +314,41 @@ func (w *Writer) complete(ctx context.Context, queue <-chan *batch, failed *atom
 // documents that are in the index already, each over itself.
 const checkpointEvery = 100 * time.Millisecond
 
-// checkpointer holds the checkpoint complete has not yet written.
+// checkpointer holds the checkpoint complete has not yet written; due
+// fires when it may be, and is nil while nothing waits, so an idle writer
+// sleeps.
 type checkpointer struct {
 	pending     string
 	lastWritten time.Time
+	due         <-chan time.Time
 }
 
 // done notes a batch complete: its checkpoint, if it carried none, is
-// written now if none was for checkpointEvery, else later (flush).
+// written now if none was for checkpointEvery, else once due.
 func (c *checkpointer) done(w *Writer, b *batch) {
 	if b.checkpoint != "" {
-		c.pending = "" // written with the batch, and later than any pending
+		c.pending, c.due = "", nil // written with the batch, and later than any pending
 		return
 	}
 	c.pending = b.last
-	if time.Since(c.lastWritten) >= w.checkpointEvery {
+	switch wait := w.checkpointEvery - time.Since(c.lastWritten); {
+	case wait <= 0:
 		c.flush(w)
+	case c.due == nil:
+		c.due = time.After(wait)
 	}
 }
 
-// flush writes the pending checkpoint; one that fails stays pending.
+// flush writes the pending checkpoint; one that fails is tried again a
+// checkpointEvery later.
 func (c *checkpointer) flush(w *Writer) {
+	c.due = nil
 	if c.pending == "" {
 		return
 	}
 	if err := w.Index.SetCheckpoint(c.pending); err != nil {
 		w.Log.Warn("index checkpoint", slog.String("entry", c.pending), slog.Any("err", err))
+		c.due = time.After(w.checkpointEvery)
 		return
 	}
 	c.pending, c.lastWritten = "", time.Now()

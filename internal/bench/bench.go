@@ -10,8 +10,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net"
-	"net/http"
 	"slices"
 	"strings"
 	"sync/atomic"
@@ -318,15 +316,12 @@ func startRig(ctx context.Context, rdb redis.UniversalClient, o Options, workers
 		}
 		closers = append(closers, w.Shutdown)
 	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	base, stopAPI, err := loadgen.Serve(handlers.NewServer(cfg, handlers.Deps{Manager: m, Log: quiet}))
 	if err != nil {
 		done()
 		return nil, err
 	}
-	srv := &http.Server{Handler: handlers.NewServer(cfg, handlers.Deps{Manager: m, Log: quiet})}
-	go func() { _ = srv.Serve(ln) }()
-	closers = append(closers, func() { _ = srv.Close() })
-	base := "http://" + ln.Addr().String()
+	closers = append(closers, stopAPI)
 	pc, err := loadgen.New(base, o.Clients+1)
 	if err != nil {
 		done()

@@ -5,8 +5,6 @@ package testenv
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"os"
 	"testing"
@@ -49,11 +47,7 @@ func SkipOrFail(t testing.TB, why string) {
 }
 
 // NewNamespace returns a fresh key prefix.
-func NewNamespace() string {
-	var b [4]byte
-	_, _ = rand.Read(b[:])
-	return "t" + hex.EncodeToString(b[:])
-}
+func NewNamespace() string { return redisns.Fresh("t") }
 
 // New returns a Redis space for t and removes it when t ends.
 func New(t testing.TB) *Env {

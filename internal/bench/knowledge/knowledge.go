@@ -98,28 +98,27 @@ func run(ctx context.Context, rdb redis.UniversalClient, clients, rounds, n int,
 	many := 4 * clients
 	// The first round's bleve ran cold and set that round's ratios apart
 	// from the rest (0.52–0.99 from 32 clients in one run).
-	if _, err := rawIndexing(docs); err != nil {
+	if _, err := rawIndexing(ctx, rdb, docs); err != nil {
 		return err
 	}
 	var raw, stream, api, busy, bulk line
 	for range rounds {
 		for _, m := range []struct {
 			l   *line
-			run func() (rate, perBatch float64, err error)
+			run func() (result, error)
 		}{
-			{&raw, func() (float64, float64, error) { rate, err := rawIndexing(docs); return rate, 0, err }},
-			{&api, func() (float64, float64, error) { return knowledgeOverHTTP(ctx, rdb, clients, docs, 1) }},
-			{&busy, func() (float64, float64, error) { return knowledgeOverHTTP(ctx, rdb, many, docs, 1) }},
-			{&bulk, func() (float64, float64, error) { return knowledgeOverHTTP(ctx, rdb, clients, docs, textsPerRequest) }},
-			{&stream, func() (float64, float64, error) { rate, err := streamIndexing(ctx, rdb, docs); return rate, 0, err }},
+			{&raw, func() (result, error) { return rawIndexing(ctx, rdb, docs) }},
+			{&api, func() (result, error) { return knowledgeOverHTTP(ctx, rdb, clients, docs, 1) }},
+			{&busy, func() (result, error) { return knowledgeOverHTTP(ctx, rdb, many, docs, 1) }},
+			{&bulk, func() (result, error) { return knowledgeOverHTTP(ctx, rdb, clients, docs, textsPerRequest) }},
+			{&stream, func() (result, error) { return streamIndexing(ctx, rdb, docs) }},
 		} {
-			meter := stats.Meter(ctx, rdb)
-			rate, perBatch, err := m.run()
+			res, err := m.run()
 			if err != nil {
 				return err
 			}
-			m.l.rates, m.l.perBatch = append(m.l.rates, rate), append(m.l.perBatch, perBatch)
-			m.l.costs = append(m.l.costs, meter(len(docs)))
+			m.l.rates, m.l.perBatch = append(m.l.rates, res.rate), append(m.l.perBatch, res.perBatch)
+			m.l.costs = append(m.l.costs, res.cost)
 		}
 	}
 	med := stats.Median[float64]
@@ -157,6 +156,25 @@ func run(ctx context.Context, rdb redis.UniversalClient, clients, rounds, n int,
 	return nil
 }
 
+// result is one run of a line: its rate, documents a batch (0 where the
+// phase has no batches of its own to count), and cost per text, all taken
+// over the timed part alone (not the index's opening and closing, nor the
+// request bodies' encoding).
+type result struct {
+	rate, perBatch float64
+	cost           stats.Cost
+}
+
+// clock starts timing a run of len(docs) texts; calling what it returns
+// ends it.
+func clock(ctx context.Context, rdb redis.UniversalClient, docs []search.Doc) func(perBatch float64) result {
+	meter, start := stats.Meter(ctx, rdb), time.Now()
+	return func(perBatch float64) result {
+		took, cost := time.Since(start), meter(len(docs))
+		return result{rate: float64(len(docs)) / took.Seconds(), perBatch: perBatch, cost: cost}
+	}
+}
+
 // line is one knowledge line's rounds: its rates, documents a batch (0
 // where the phase has no batches of its own to count) and costs per text.
 type line struct {
@@ -164,56 +182,56 @@ type line struct {
 	costs           []stats.Cost
 }
 
-func rawIndexing(docs []search.Doc) (float64, error) {
+func rawIndexing(ctx context.Context, rdb redis.UniversalClient, docs []search.Doc) (result, error) {
 	dir, err := os.MkdirTemp("", "bgjobs-bench-index")
 	if err != nil {
-		return 0, err
+		return result{}, err
 	}
 	defer os.RemoveAll(dir)
-	x, _, err := search.Open(dir, slog.New(slog.DiscardHandler))
+	x, _, err := search.Open(dir, quiet)
 	if err != nil {
-		return 0, err
+		return result{}, err
 	}
 	defer x.Close()
-	start := time.Now()
+	timing := clock(ctx, rdb, docs)
 	for i := 0; i < len(docs); i += 1000 {
 		if err := x.Apply(docs[i:min(i+1000, len(docs))], fmt.Sprintf("%d-0", i+1)); err != nil {
-			return 0, err
+			return result{}, err
 		}
 	}
-	return float64(len(docs)) / time.Since(start).Seconds(), nil
+	return timing(0), nil
 }
 
 // streamIndexing appends docs to the reports stream at once, as a burst of
 // settles would, and times the search writer until the last is searchable.
-func streamIndexing(ctx context.Context, rdb redis.UniversalClient, docs []search.Doc) (float64, error) {
+func streamIndexing(ctx context.Context, rdb redis.UniversalClient, docs []search.Doc) (result, error) {
 	ns := redisns.Fresh("bench")
 	defer redisns.DropNamespace(context.Background(), rdb, ns)
 	m := tasks.NewManager(rdb, bgjobs.Config{Namespace: ns}.WithDefaults(), tasks.Deps{Logger: quiet})
 	defer m.Close()
 	mem, stopMemory, err := StartMemory(ctx, rdb, m)
 	if err != nil {
-		return 0, err
+		return result{}, err
 	}
 	defer stopMemory()
-	start := time.Now()
+	timing := clock(ctx, rdb, docs)
 	last := ""
 	for i := 0; i < len(docs); i += 500 {
 		if last, err = m.AppendDocs(ctx, docs[i:min(i+500, len(docs))]); err != nil {
-			return 0, err
+			return result{}, err
 		}
 	}
 	waitCtx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 	defer cancel()
 	if err := mem.WaitFor(waitCtx, last); err != nil {
-		return 0, err
+		return result{}, err
 	}
-	return float64(len(docs)) / time.Since(start).Seconds(), nil
+	return timing(0), nil
 }
 
-// knowledgeOverHTTP posts docs, perRequest texts a request, and returns the
-// rate and the documents per batch the search writer applied.
-func knowledgeOverHTTP(ctx context.Context, rdb redis.UniversalClient, clients int, docs []search.Doc, perRequest int) (rate, perBatch float64, err error) {
+// knowledgeOverHTTP posts docs, perRequest texts a request; its result
+// counts the documents per batch the search writer applied.
+func knowledgeOverHTTP(ctx context.Context, rdb redis.UniversalClient, clients int, docs []search.Doc, perRequest int) (result, error) {
 	ns := redisns.Fresh("bench")
 	defer redisns.DropNamespace(context.Background(), rdb, ns)
 	cfg := bgjobs.Config{Namespace: ns}.WithDefaults()
@@ -221,17 +239,17 @@ func knowledgeOverHTTP(ctx context.Context, rdb redis.UniversalClient, clients i
 	defer m.Close()
 	mem, stopMemory, err := StartMemory(ctx, rdb, m)
 	if err != nil {
-		return 0, 0, err
+		return result{}, err
 	}
 	defer stopMemory()
 	api, stop, err := loadgen.Serve(handlers.NewServer(cfg, handlers.Deps{Manager: m, Memory: mem, Log: quiet}))
 	if err != nil {
-		return 0, 0, err
+		return result{}, err
 	}
 	defer stop()
 	pc, err := loadgen.New(api, clients+1)
 	if err != nil {
-		return 0, 0, err
+		return result{}, err
 	}
 	defer pc.Close()
 	// The bodies are encoded before the clock starts: an agent's client
@@ -249,7 +267,7 @@ func knowledgeOverHTTP(ctx context.Context, rdb redis.UniversalClient, clients i
 			bodies[i], _ = json.Marshal(map[string]any{"session": "chat-bench", "documents": texts})
 		}
 	}
-	start := time.Now()
+	timing := clock(ctx, rdb, docs)
 	err = loadgen.FanOut(requests, clients, func(i int) error {
 		status, b, err := pc.Post("/v1/knowledge", bodies[i])
 		if err != nil {
@@ -264,17 +282,17 @@ func knowledgeOverHTTP(ctx context.Context, rdb redis.UniversalClient, clients i
 		return nil
 	})
 	if err != nil {
-		return 0, 0, err
+		return result{}, err
 	}
-	took := time.Since(start)
+	timed := timing(float64(mem.docs.Load()) / float64(max(1, mem.batches.Load())))
 	res, err := mem.Recall(ctx, search.RecallRequest{Agent: handlers.OpenAgent, Query: "harbour"})
 	if err != nil {
-		return 0, 0, err
+		return result{}, err
 	}
 	if res.Total == 0 {
-		return 0, 0, fmt.Errorf("knowledge: nothing searchable after %d posts", len(docs))
+		return result{}, fmt.Errorf("knowledge: nothing searchable after %d posts", len(docs))
 	}
-	return float64(len(docs)) / took.Seconds(), float64(mem.docs.Load()) / float64(max(1, mem.batches.Load())), nil
+	return timed, nil
 }
 
 var quiet = slog.New(slog.DiscardHandler)
