@@ -118,6 +118,7 @@ func benchCmd(ctx context.Context, stdout io.Writer) *cobra.Command {
 	cmd.Flags().IntVar(&o.Jobs, "jobs", 10000, "jobs per phase")
 	cmd.Flags().IntVar(&o.RecallDocs, "recall-docs", 50000, "documents in the recall phase's corpus (0 skips it)")
 	cmd.Flags().IntVar(&o.Concurrency, "concurrency", 50, "worker concurrency of both phases")
+	cmd.Flags().IntVar(&o.FetchLoops, "fetch-loops", bgjobs.MaxFetchLoopsDefault, "most work fetch loops of bgjobs (BGJOBS_MAX_FETCH_LOOPS); the split baseline gets the same split")
 	cmd.Flags().IntVar(&o.Clients, "clients", 32, "concurrent HTTP clients spawning")
 	cmd.Flags().IntVar(&o.Rounds, "rounds", 3, "runs of each throughput phase, alternating; the median is reported")
 	cmd.Flags().IntVar(&o.Samples, "samples", 200, "resumes timed per target in the latency phase (0 skips it)")

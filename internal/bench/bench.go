@@ -4,6 +4,7 @@
 package bench
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -47,6 +48,9 @@ type Options struct {
 	Rounds int
 	// Samples is how many resumes the latency phase times per target.
 	Samples int
+	// FetchLoops caps bgjobs' work fetch loops (Config.MaxFetchLoops); 0
+	// is the default. The split baseline gets the same split.
+	FetchLoops int
 	// RecallDocs is the corpus of the recall phase; 0 skips it.
 	RecallDocs int
 	// Only names the phases to run (see Phases); empty runs them all.
@@ -55,8 +59,8 @@ type Options struct {
 }
 
 // Phases are the names Options.Only takes, in the order a run takes them:
-// the five throughput phases, then the sections after them.
-var Phases = []string{"asynq", "e2e", "split", "spawn", "workers", "cluster", "joins", "resume", "idle", "knowledge", "recall"}
+// the six throughput phases, then the sections after them.
+var Phases = []string{"asynq", "e2e", "split", "oneloop", "spawn", "workers", "cluster", "joins", "resume", "idle", "knowledge", "recall"}
 
 // runs reports whether the phase named is part of this run.
 func (o Options) runs(name string) bool {
@@ -91,7 +95,7 @@ func Run(ctx context.Context, o Options, out io.Writer) error {
 	}
 	defer closeRedis()
 	o.Rounds = max(o.Rounds, 1)
-	split := tasks.FetchSplit(o.Concurrency, bgjobs.MaxFetchLoopsDefault)
+	split := tasks.FetchSplit(o.Concurrency, cmp.Or(o.FetchLoops, bgjobs.MaxFetchLoopsDefault))
 	fmt.Fprintf(out, "bgjobs bench: %d no-op jobs per phase, worker concurrency %d, %d HTTP clients, poll %s, median of %d rounds, redis %s\n",
 		o.Jobs, o.Concurrency, o.Clients, o.Poll, o.Rounds, where)
 
@@ -113,6 +117,8 @@ func Run(ctx context.Context, o Options, out io.Writer) error {
 			run: func() (time.Duration, error) { return endToEnd(ctx, rdb, o, 1) }},
 		{name: "split", short: "raw asynq split like bgjobs", label: fmt.Sprintf("raw asynq   split like bgjobs (%d servers)", len(split)),
 			run: func() (time.Duration, error) { return rawAsynq(ctx, rdb, o, split) }},
+		{name: "oneloop", short: "bgjobs one fetch loop", label: "bgjobs      the same on one work fetch loop",
+			run: func() (time.Duration, error) { o := o; o.FetchLoops = 1; return endToEnd(ctx, rdb, o, 1) }},
 		{name: "spawn", short: "bgjobs HTTP spawn alone", label: "bgjobs      HTTP spawn alone (no worker)",
 			run: func() (time.Duration, error) { return spawnOnly(ctx, rdb, o, 1) }},
 		{name: "workers", short: "bgjobs workers alone", label: "bgjobs      workers alone (queued → settle → drain/10ms)",
@@ -161,6 +167,9 @@ func Run(ctx context.Context, o Options, out io.Writer) error {
 	// bgjobs runs its work slots on several servers to lift that cap. The
 	// same split given to raw asynq shows what is left of the gap.
 	ratio("ratio bgjobs/asynq split like bgjobs", "goal ≥ 0.50; baseline 0.32", "e2e", "split")
+	// The split is a setting (BGJOBS_MAX_FETCH_LOOPS) that stays only while
+	// it pays: bgjobs on its loops against bgjobs on one.
+	ratio(fmt.Sprintf("what the split gives bgjobs, %d loops / one", len(split)), "the split stays while this is above 1", "e2e", "oneloop")
 	// End to end runs both halves at once on the same cores: bound by
 	// CPU alone, its rate would be the halves one after the other.
 	if rate["spawn"] > 0 && rate["workers"] > 0 && rate["e2e"] > 0 && rate["asynq"] > 0 {
@@ -300,7 +309,7 @@ type rig struct {
 
 func startRig(ctx context.Context, rdb redis.UniversalClient, o Options, workers bool) (*rig, error) {
 	ns := namespace()
-	cfg := bgjobs.Config{Namespace: ns, WorkConcurrency: o.Concurrency, PollInterval: o.Poll, Addr: "127.0.0.1:0"}.WithDefaults()
+	cfg := bgjobs.Config{Namespace: ns, WorkConcurrency: o.Concurrency, MaxFetchLoops: o.FetchLoops, PollInterval: o.Poll, Addr: "127.0.0.1:0"}.WithDefaults()
 	m := tasks.NewManager(rdb, cfg, tasks.Deps{Logger: quiet})
 	closers := []func(){func() { redisns.DropNamespace(context.Background(), rdb, ns) }, func() { _ = m.Close() }}
 	done := func() {
