@@ -104,25 +104,25 @@ func Run(ctx context.Context, o Options, out io.Writer) error {
 		label string
 		// short names the phase in the per-job costs.
 		short string
-		run   func() (time.Duration, error)
+		run   func() (stats.Sample, error)
 		// prepare makes a run, its setup left out of time and cost.
-		prepare func() (run func() (time.Duration, error), done func(), err error)
+		prepare func() (run func() (stats.Sample, error), done func(), err error)
 		took    []time.Duration
 		costs   []stats.Cost
 	}
 	phases := []phase{
 		{name: "asynq", short: "raw asynq", label: "raw asynq   (enqueue → no-op handler)",
-			run: func() (time.Duration, error) { return rawAsynq(ctx, rdb, o, []int{o.Concurrency}) }},
+			run: func() (stats.Sample, error) { return rawAsynq(ctx, rdb, o, []int{o.Concurrency}) }},
 		{name: "e2e", short: "bgjobs", label: "bgjobs      (HTTP spawn → worker → settle → drain/10ms)",
-			run: func() (time.Duration, error) { return endToEnd(ctx, rdb, o, 1) }},
+			run: func() (stats.Sample, error) { return endToEnd(ctx, rdb, o, 1) }},
 		{name: "split", short: "raw asynq split like bgjobs", label: fmt.Sprintf("raw asynq   split like bgjobs (%d servers)", len(split)),
-			run: func() (time.Duration, error) { return rawAsynq(ctx, rdb, o, split) }},
+			run: func() (stats.Sample, error) { return rawAsynq(ctx, rdb, o, split) }},
 		{name: "oneloop", short: "bgjobs one fetch loop", label: "bgjobs      the same on one work fetch loop",
-			run: func() (time.Duration, error) { o := o; o.FetchLoops = 1; return endToEnd(ctx, rdb, o, 1) }},
+			run: func() (stats.Sample, error) { o := o; o.FetchLoops = 1; return endToEnd(ctx, rdb, o, 1) }},
 		{name: "spawn", short: "bgjobs HTTP spawn alone", label: "bgjobs      HTTP spawn alone (no worker)",
-			run: func() (time.Duration, error) { return spawnOnly(ctx, rdb, o, 1) }},
+			run: func() (stats.Sample, error) { return spawnOnly(ctx, rdb, o, 1) }},
 		{name: "workers", short: "bgjobs workers alone", label: "bgjobs      workers alone (queued → settle → drain/10ms)",
-			prepare: func() (func() (time.Duration, error), func(), error) { return queuedJobs(ctx, rdb, o) }},
+			prepare: func() (func() (stats.Sample, error), func(), error) { return queuedJobs(ctx, rdb, o) }},
 	}
 	phases = slices.DeleteFunc(phases, func(p phase) bool { return !o.runs(p.name) })
 	// Rounds alternate the phases, so a slow spell of a shared machine
@@ -136,15 +136,15 @@ func Run(ctx context.Context, o Options, out io.Writer) error {
 					return fmt.Errorf("%s: %w", phases[i].label, err)
 				}
 			}
-			spent := stats.Meter(ctx, rdb)
-			d, err := run()
-			c := spent(o.Jobs)
+			// Each run times and meters its own timed part: not its setup,
+			// nor the namespace's deletion after it.
+			sample, err := run()
 			done()
 			if err != nil {
 				return fmt.Errorf("%s: %w", phases[i].label, err)
 			}
-			phases[i].took = append(phases[i].took, d)
-			phases[i].costs = append(phases[i].costs, c)
+			phases[i].took = append(phases[i].took, sample.Took)
+			phases[i].costs = append(phases[i].costs, sample.Cost)
 		}
 	}
 	rate := map[string]float64{}
@@ -259,7 +259,7 @@ func (quietAsynqLogger) Fatal(...any) {}
 
 // rawAsynq is the baseline: asynq alone, enqueue to a no-op handler, on one
 // server per entry of split with that many workers.
-func rawAsynq(ctx context.Context, rdb redis.UniversalClient, o Options, split []int) (time.Duration, error) {
+func rawAsynq(ctx context.Context, rdb redis.UniversalClient, o Options, split []int) (stats.Sample, error) {
 	ns := namespace()
 	defer redisns.DropNamespace(context.Background(), rdb, ns)
 	queue := ns + ":raw"
@@ -277,26 +277,26 @@ func rawAsynq(ctx context.Context, rdb redis.UniversalClient, o Options, split [
 			Logger: quietAsynqLogger{}, LogLevel: asynq.ErrorLevel,
 		})
 		if err := srv.Start(handler); err != nil {
-			return 0, err
+			return stats.Sample{}, err
 		}
 		defer srv.Shutdown()
 	}
 	client := asynq.NewClientFromRedisClient(rdb)
 	defer client.Close()
 
-	start := time.Now()
+	clock := stats.Clock(ctx, rdb)
 	if err := loadgen.FanOut(o.Jobs, o.Clients, func(int) error {
 		_, err := client.EnqueueContext(ctx, asynq.NewTask("noop", nil, asynq.Queue(queue)))
 		return err
 	}); err != nil {
-		return 0, err
+		return stats.Sample{}, err
 	}
 	select {
 	case <-done:
 	case <-time.After(5 * time.Minute):
-		return 0, errors.New("timed out")
+		return stats.Sample{}, errors.New("timed out")
 	}
-	return time.Since(start), nil
+	return clock(o.Jobs), nil
 }
 
 // rig is a Manager (with its workers when asked) behind the HTTP API on a
@@ -353,53 +353,53 @@ func spawnBody(i, sessions int) []byte {
 }
 
 // spawnOnly is the HTTP spawn alone: no worker runs.
-func spawnOnly(ctx context.Context, rdb redis.UniversalClient, o Options, sessions int) (time.Duration, error) {
-	r, d, err := spawned(ctx, rdb, o, sessions)
+func spawnOnly(ctx context.Context, rdb redis.UniversalClient, o Options, sessions int) (stats.Sample, error) {
+	r, sample, err := spawned(ctx, rdb, o, sessions)
 	if err == nil {
 		r.close()
 	}
-	return d, err
+	return sample, err
 }
 
 // spawned is a rig with no worker and o.Jobs spawned over HTTP, timed.
-func spawned(ctx context.Context, rdb redis.UniversalClient, o Options, sessions int) (*rig, time.Duration, error) {
+func spawned(ctx context.Context, rdb redis.UniversalClient, o Options, sessions int) (*rig, stats.Sample, error) {
 	r, err := startRig(ctx, rdb, o, false)
 	if err != nil {
-		return nil, 0, err
+		return nil, stats.Sample{}, err
 	}
-	start := time.Now()
+	clock := stats.Clock(ctx, rdb)
 	if err := loadgen.FanOut(o.Jobs, o.Clients, func(i int) error {
 		_, err := r.post("/v1/jobs", spawnBody(i, sessions))
 		return err
 	}); err != nil {
 		r.close()
-		return nil, 0, err
+		return nil, stats.Sample{}, err
 	}
-	return r, time.Since(start), nil
+	return r, clock(o.Jobs), nil
 }
 
 // endToEnd is bgjobs through its HTTP API: spawn, run, settle, drain, with
 // the jobs spread over sessions.
-func endToEnd(ctx context.Context, rdb redis.UniversalClient, o Options, sessions int) (time.Duration, error) {
+func endToEnd(ctx context.Context, rdb redis.UniversalClient, o Options, sessions int) (stats.Sample, error) {
 	r, err := startRig(ctx, rdb, o, true)
 	if err != nil {
-		return 0, err
+		return stats.Sample{}, err
 	}
 	defer r.close()
 
-	start := time.Now()
+	clock := stats.Clock(ctx, rdb)
 	drained := make(chan error, 1)
 	go func() { drained <- r.drainAll(o.Jobs, sessions) }()
 	if err := loadgen.FanOut(o.Jobs, o.Clients, func(i int) error {
 		_, err := r.post("/v1/jobs", spawnBody(i, sessions))
 		return err
 	}); err != nil {
-		return 0, err
+		return stats.Sample{}, err
 	}
 	if err := <-drained; err != nil {
-		return 0, err
+		return stats.Sample{}, err
 	}
-	return time.Since(start), nil
+	return clock(o.Jobs), nil
 }
 
 // drainAll drains the sessions over HTTP every drainEvery (an agent drains
@@ -432,18 +432,18 @@ func (r *rig) drainAll(jobs, sessions int) error {
 // queuedJobs spawns o.Jobs with no worker running; run then starts the
 // workers and times them until every job is drained, and done stops it
 // all. With spawnOnly it splits end to end into its halves.
-func queuedJobs(ctx context.Context, rdb redis.UniversalClient, o Options) (run func() (time.Duration, error), done func(), err error) {
+func queuedJobs(ctx context.Context, rdb redis.UniversalClient, o Options) (run func() (stats.Sample, error), done func(), err error) {
 	r, _, err := spawned(ctx, rdb, o, 1)
 	if err != nil {
 		return nil, nil, err
 	}
 	w := r.m.NewWorker()
-	return func() (time.Duration, error) {
-		start := time.Now()
+	return func() (stats.Sample, error) {
+		clock := stats.Clock(ctx, rdb)
 		if err := w.Start(ctx); err != nil {
-			return 0, err
+			return stats.Sample{}, err
 		}
 		err := r.drainAll(o.Jobs, 1)
-		return time.Since(start), err
+		return clock(o.Jobs), err
 	}, func() { w.Shutdown(); r.close() }, nil
 }

@@ -90,19 +90,19 @@ func Cluster(ctx context.Context, o Options, out io.Writer) error {
 		for i, rdb := range targets {
 			// asynq alone on the same servers: what a cluster on this
 			// machine gives any client, bgjobs' ceiling here.
-			d, err := rawAsynq(ctx, rdb, o, []int{o.Concurrency})
+			s, err := rawAsynq(ctx, rdb, o, []int{o.Concurrency})
 			if err != nil {
 				return fmt.Errorf("raw asynq on %T: %w", rdb, err)
 			}
-			raw[i] = append(raw[i], d)
-			if d, err = spawnOnly(ctx, rdb, o, clusterSessions); err != nil {
+			raw[i] = append(raw[i], s.Took)
+			if s, err = spawnOnly(ctx, rdb, o, clusterSessions); err != nil {
 				return fmt.Errorf("spawn on %T: %w", rdb, err)
 			}
-			spawn[i] = append(spawn[i], d)
-			if d, err = endToEnd(ctx, rdb, o, clusterSessions); err != nil {
+			spawn[i] = append(spawn[i], s.Took)
+			if s, err = endToEnd(ctx, rdb, o, clusterSessions); err != nil {
 				return fmt.Errorf("end to end on %T: %w", rdb, err)
 			}
-			e2e[i] = append(e2e[i], d)
+			e2e[i] = append(e2e[i], s.Took)
 		}
 	}
 	rate := func(ds []time.Duration) float64 {

@@ -168,10 +168,10 @@ type result struct {
 // clock starts timing a run of len(docs) texts; calling what it returns
 // ends it.
 func clock(ctx context.Context, rdb redis.UniversalClient, docs []search.Doc) func(perBatch float64) result {
-	meter, start := stats.Meter(ctx, rdb), time.Now()
+	stop := stats.Clock(ctx, rdb)
 	return func(perBatch float64) result {
-		took, cost := time.Since(start), meter(len(docs))
-		return result{rate: float64(len(docs)) / took.Seconds(), perBatch: perBatch, cost: cost}
+		s := stop(len(docs))
+		return result{rate: float64(len(docs)) / s.Took.Seconds(), perBatch: perBatch, cost: s.Cost}
 	}
 }
 

@@ -6,8 +6,10 @@ package stats
 import (
 	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"io"
+	"os"
 	"runtime/metrics"
 	"slices"
 	"strconv"
@@ -70,22 +72,71 @@ func Rates(jobs int, ds []time.Duration) []float64 {
 type Cost struct {
 	Process, Redis time.Duration
 	Commands       float64
+	// Busy is the share of the machine's cores that were busy over the
+	// phase, every process counted (0 where /proc/stat is not there): a
+	// phase well under 1 waits on something other than CPU.
+	Busy float64
 }
 
 // Meter reads the counters before a phase; its result, after, is the
-// phase's cost per job. A counter it cannot read is left at zero.
+// phase's cost per job. A counter it cannot read (rdb nil: no Redis) is
+// left at zero.
 func Meter(ctx context.Context, rdb redis.UniversalClient) func(jobs int) Cost {
 	p0, r0 := ProcessCPU(), RedisCPU(ctx, rdb)
 	c0, _ := CommandsProcessed(ctx, rdb)
+	b0, t0 := MachineTicks()
 	return func(jobs int) Cost {
 		n := time.Duration(max(jobs, 1))
 		c1, _ := CommandsProcessed(ctx, rdb)
-		return Cost{
+		b1, t1 := MachineTicks()
+		c := Cost{
 			Process:  (ProcessCPU() - p0) / n,
 			Redis:    (RedisCPU(ctx, rdb) - r0) / n,
 			Commands: float64(c1-c0) / float64(n),
 		}
+		if t1 > t0 {
+			c.Busy = float64(b1-b0) / float64(t1-t0)
+		}
+		return c
 	}
+}
+
+// Sample is one timed run: how long it took and what it spent per job.
+type Sample struct {
+	Took time.Duration
+	Cost Cost
+}
+
+// Clock starts timing and metering a run; calling what it returns ends it.
+func Clock(ctx context.Context, rdb redis.UniversalClient) func(jobs int) Sample {
+	meter, start := Meter(ctx, rdb), time.Now()
+	return func(jobs int) Sample {
+		took := time.Since(start)
+		return Sample{Took: took, Cost: meter(jobs)}
+	}
+}
+
+// MachineTicks are the machine's busy and total CPU ticks so far, every
+// core and process counted (the first line of /proc/stat; idle and iowait
+// are not busy). Zeros where it cannot be read.
+func MachineTicks() (busy, total uint64) {
+	b, err := os.ReadFile("/proc/stat")
+	if err != nil {
+		return 0, 0
+	}
+	line, _, _ := strings.Cut(string(b), "\n")
+	fields := strings.Fields(line)
+	if len(fields) < 5 || fields[0] != "cpu" {
+		return 0, 0
+	}
+	for i, f := range fields[1:] {
+		v, _ := strconv.ParseUint(f, 10, 64)
+		total += v
+		if i != 3 && i != 4 { // idle, iowait
+			busy += v
+		}
+	}
+	return busy, total
 }
 
 // MedianCost is the median of each figure over the rounds.
@@ -104,13 +155,18 @@ func MedianCost(cs []Cost) Cost {
 		Process:  time.Duration(med(func(c Cost) float64 { return float64(c.Process) })),
 		Redis:    time.Duration(med(func(c Cost) float64 { return float64(c.Redis) })),
 		Commands: med(func(c Cost) float64 { return c.Commands }),
+		Busy:     med(func(c Cost) float64 { return c.Busy }),
 	}
 }
 
 // Print writes c as one line under label.
 func (c Cost) Print(out io.Writer, label string) {
-	fmt.Fprintf(out, "  %-34s this process %4.0f µs CPU   Redis %4.0f µs CPU, %4.1f commands\n",
-		label, float64(c.Process)/float64(time.Microsecond), float64(c.Redis)/float64(time.Microsecond), c.Commands)
+	busy := ""
+	if c.Busy > 0 {
+		busy = fmt.Sprintf("   machine %3.0f %% busy", 100*c.Busy)
+	}
+	fmt.Fprintf(out, "  %-34s this process %4.0f µs CPU   Redis %4.0f µs CPU, %4.1f commands%s\n",
+		label, float64(c.Process)/float64(time.Microsecond), float64(c.Redis)/float64(time.Microsecond), c.Commands, busy)
 }
 
 // RedisCPU is the server's own CPU time (INFO cpu).
@@ -136,6 +192,9 @@ func CommandsProcessed(ctx context.Context, rdb redis.UniversalClient) (int64, e
 
 // InfoFields is one section of the server's INFO, field by field.
 func InfoFields(ctx context.Context, rdb redis.UniversalClient, section string) (map[string]string, error) {
+	if rdb == nil {
+		return nil, errors.New("no Redis to read")
+	}
 	info, err := rdb.Info(ctx, section).Result()
 	if err != nil {
 		return nil, err

@@ -1,7 +1,9 @@
 package stats
 
 import (
+	"runtime"
 	"runtime/debug"
+	"strings"
 	"testing"
 	"time"
 )
@@ -37,5 +39,26 @@ func TestNotesLeaveOutEmptyRemarks(t *testing.T) {
 	}
 	if got := Notes("", ""); got != "" {
 		t.Fatalf("Notes of nothing = %q", got)
+	}
+}
+
+// TestBusyIsTheShareOfTheMachinesCores meters a spell in which this
+// process keeps one core spinning: the machine's busy share is at least
+// that core's share of all of them, and at most every core.
+func TestBusyIsTheShareOfTheMachinesCores(t *testing.T) {
+	if _, total := MachineTicks(); total == 0 {
+		t.Skip("no /proc/stat on this system")
+	}
+	meter := Meter(t.Context(), nil)
+	for deadline := time.Now().Add(300 * time.Millisecond); time.Now().Before(deadline); {
+	}
+	c := meter(1)
+	if floor := 0.8 / float64(runtime.NumCPU()); c.Busy < floor || c.Busy > 1 {
+		t.Fatalf("Busy = %.2f with one of %d cores spinning, want between %.2f and 1", c.Busy, runtime.NumCPU(), floor)
+	}
+	var out strings.Builder
+	c.Print(&out, "spin")
+	if !strings.Contains(out.String(), "% busy") {
+		t.Errorf("Print leaves out the busy share: %q", out.String())
 	}
 }
