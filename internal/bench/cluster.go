@@ -86,6 +86,7 @@ func Cluster(ctx context.Context, o Options, out io.Writer) error {
 	o.Jobs = max(1000, o.Jobs/2)
 	targets := []redis.UniversalClient{one, cluster}
 	var spawn, e2e, raw [2][]time.Duration
+	var spawnCost, e2eCost [2][]stats.Cost
 	for range o.Rounds {
 		for i, rdb := range targets {
 			// asynq alone on the same servers: what a cluster on this
@@ -98,11 +99,11 @@ func Cluster(ctx context.Context, o Options, out io.Writer) error {
 			if s, err = spawnOnly(ctx, rdb, o, clusterSessions); err != nil {
 				return fmt.Errorf("spawn on %T: %w", rdb, err)
 			}
-			spawn[i] = append(spawn[i], s.Took)
+			spawn[i], spawnCost[i] = append(spawn[i], s.Took), append(spawnCost[i], s.Cost)
 			if s, err = endToEnd(ctx, rdb, o, clusterSessions); err != nil {
 				return fmt.Errorf("end to end on %T: %w", rdb, err)
 			}
-			e2e[i] = append(e2e[i], s.Took)
+			e2e[i], e2eCost[i] = append(e2e[i], s.Took), append(e2eCost[i], s.Cost)
 		}
 	}
 	rate := func(ds []time.Duration) float64 {
@@ -123,6 +124,16 @@ func Cluster(ctx context.Context, o Options, out io.Writer) error {
 		spread := stats.Spread(stats.Rates(o.Jobs, l.d[1]), stats.Rates(o.Jobs, l.d[0]))
 		fmt.Fprintf(out, "  %-46s one Redis %7.0f jobs/s, cluster %7.0f jobs/s, ratio %.2f (%s)\n", l.label, one, many, many/one,
 			stats.Notes(l.goal, spread))
+	}
+	// Where a cluster's job costs more: this process (the cluster client
+	// splits each pipeline by node) or the servers (all masters summed).
+	fmt.Fprintln(out, "  per job (median of rounds; Redis is every master's CPU and commands summed):")
+	for _, c := range []struct {
+		label string
+		costs [2][]stats.Cost
+	}{{"HTTP spawn", spawnCost}, {"end to end", e2eCost}} {
+		stats.MedianCost(c.costs[0]).Print(out, c.label+", one Redis")
+		stats.MedianCost(c.costs[1]).Print(out, c.label+", cluster")
 	}
 	return nil
 }

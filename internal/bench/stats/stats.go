@@ -14,6 +14,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -169,25 +170,54 @@ func (c Cost) Print(out io.Writer, label string) {
 		label, float64(c.Process)/float64(time.Microsecond), float64(c.Redis)/float64(time.Microsecond), c.Commands, busy)
 }
 
-// RedisCPU is the server's own CPU time (INFO cpu).
+// RedisCPU is the server's own CPU time (INFO cpu), summed over the
+// masters of a cluster.
 func RedisCPU(ctx context.Context, rdb redis.UniversalClient) time.Duration {
-	f, _ := InfoFields(ctx, rdb, "cpu")
-	sys, _ := strconv.ParseFloat(f["used_cpu_sys"], 64)
-	user, _ := strconv.ParseFloat(f["used_cpu_user"], 64)
-	return time.Duration((sys + user) * float64(time.Second))
+	var total time.Duration
+	_ = eachServer(ctx, rdb, func(c redis.UniversalClient) error {
+		f, _ := InfoFields(ctx, c, "cpu")
+		sys, _ := strconv.ParseFloat(f["used_cpu_sys"], 64)
+		user, _ := strconv.ParseFloat(f["used_cpu_user"], 64)
+		total += time.Duration((sys + user) * float64(time.Second))
+		return nil
+	})
+	return total
 }
 
-// CommandsProcessed is the server's total_commands_processed.
-func CommandsProcessed(ctx context.Context, rdb redis.UniversalClient) (int64, error) {
-	f, err := InfoFields(ctx, rdb, "stats")
-	if err != nil {
-		return 0, err
-	}
-	v, ok := f["total_commands_processed"]
+// eachServer calls f with rdb, or with each master of a cluster in turn:
+// a cluster's INFO goes to one node, and its counters are the sum over
+// all of them.
+func eachServer(ctx context.Context, rdb redis.UniversalClient, f func(redis.UniversalClient) error) error {
+	cc, ok := rdb.(*redis.ClusterClient)
 	if !ok {
-		return 0, fmt.Errorf("no total_commands_processed in INFO stats")
+		return f(rdb)
 	}
-	return strconv.ParseInt(v, 10, 64)
+	var mu sync.Mutex
+	return cc.ForEachMaster(ctx, func(ctx context.Context, c *redis.Client) error {
+		mu.Lock()
+		defer mu.Unlock()
+		return f(c)
+	})
+}
+
+// CommandsProcessed is the server's total_commands_processed, summed over
+// the masters of a cluster.
+func CommandsProcessed(ctx context.Context, rdb redis.UniversalClient) (int64, error) {
+	var total int64
+	err := eachServer(ctx, rdb, func(c redis.UniversalClient) error {
+		f, err := InfoFields(ctx, c, "stats")
+		if err != nil {
+			return err
+		}
+		v, ok := f["total_commands_processed"]
+		if !ok {
+			return fmt.Errorf("no total_commands_processed in INFO stats")
+		}
+		n, err := strconv.ParseInt(v, 10, 64)
+		total += n
+		return err
+	})
+	return total, err
 }
 
 // InfoFields is one section of the server's INFO, field by field.

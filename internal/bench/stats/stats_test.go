@@ -1,11 +1,16 @@
 package stats
 
 import (
+	"fmt"
 	"runtime"
 	"runtime/debug"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/bgjobs/bgjobs/internal/testenv"
 )
 
 func TestGCPercentReadsTheTarget(t *testing.T) {
@@ -60,5 +65,39 @@ func TestBusyIsTheShareOfTheMachinesCores(t *testing.T) {
 	c.Print(&out, "spin")
 	if !strings.Contains(out.String(), "% busy") {
 		t.Errorf("Print leaves out the busy share: %q", out.String())
+	}
+}
+
+// TestAClustersCountersAreSummedOverItsMasters reads a cluster's counters as the
+// cluster phase does: a command that lands on any master is counted,
+// where INFO through the cluster client reads one node alone.
+func TestAClustersCountersAreSummedOverItsMasters(t *testing.T) {
+	addrs := testenv.StartRedisCluster(t, 3)
+	rdb := redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs})
+	defer rdb.Close()
+	ctx := t.Context()
+	before, err := CommandsProcessed(ctx, rdb)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cpu := RedisCPU(ctx, rdb)
+	// Keys enough to land on every master.
+	for i := range 300 {
+		if err := rdb.Set(ctx, fmt.Sprintf("k%d", i), i, 0).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	after, err := CommandsProcessed(ctx, rdb)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Each reading of the counters is itself a command on every master,
+	// and the client asks for the slots' layout; one node alone would
+	// have counted about a third of the 300.
+	if n := after - before; n < 300 || n > 300+5*int64(len(addrs)) {
+		t.Fatalf("commands counted = %d, want the 300 sent over %d masters (plus the readings)", n, len(addrs))
+	}
+	if RedisCPU(ctx, rdb) <= cpu {
+		t.Error("the masters' CPU did not grow")
 	}
 }
