@@ -22,7 +22,8 @@ const clusterSessions = 16
 
 // Cluster measures HTTP spawn and end-to-end throughput on a private
 // 3-master Redis Cluster beside one private redis-server on the same
-// machine, rounds alternating, medians reported.
+// machine, and on a cluster of one master, rounds alternating, medians
+// reported.
 func Cluster(ctx context.Context, o Options, out io.Writer) error {
 	dir, err := os.MkdirTemp("", "bgjobs-bench-")
 	if err != nil {
