@@ -3,6 +3,7 @@ package bgjobs
 import (
 	"cmp"
 	"fmt"
+	"log/slog"
 	"net"
 	"strconv"
 	"strings"
@@ -59,6 +60,11 @@ type Config struct {
 	RedisURL string
 	// DataDir is where the search index lives. Defaults to DataDirDefault.
 	DataDir string
+	// LogLevel (BGJOBS_LOG_LEVEL: debug, info, warn or error) is the least
+	// severe line a process writes. The zero value is info: a line per
+	// request and per job event, which at thousands of jobs a second costs
+	// a few percent of throughput; warn keeps what needs attention.
+	LogLevel slog.Level
 	// APIKeys maps an agent key to its agent name.
 	APIKeys map[string]string
 	// AdminKey may act for any agent and manage agents. Empty: no admin.
@@ -369,6 +375,11 @@ func Load(getenv func(string) string) (Config, error) {
 			*v.dst = d
 		}
 	}
+	if s := getenv("BGJOBS_LOG_LEVEL"); s != "" {
+		if err := c.LogLevel.UnmarshalText([]byte(s)); err != nil {
+			return c, FieldError("BGJOBS_LOG_LEVEL", "not a level (debug, info, warn, error): %q", s)
+		}
+	}
 	if s := getenv("BGJOBS_AUTO_RESUME"); s != "" {
 		b, err := strconv.ParseBool(s)
 		if err != nil {
@@ -419,6 +430,6 @@ func (c Config) String() string {
 	if c.RedisURL != "" {
 		redis = "external"
 	}
-	return fmt.Sprintf("addr=%s redis=%s namespace=%s agents_with_keys=%d admin=%t turn_concurrency=%d work_concurrency=%d",
-		c.Addr, redis, c.Namespace, len(c.APIKeys), c.AdminKey != "", c.TurnConcurrency, c.WorkConcurrency)
+	return fmt.Sprintf("addr=%s redis=%s namespace=%s agents_with_keys=%d admin=%t turn_concurrency=%d work_concurrency=%d log_level=%s",
+		c.Addr, redis, c.Namespace, len(c.APIKeys), c.AdminKey != "", c.TurnConcurrency, c.WorkConcurrency, c.LogLevel)
 }

@@ -1,6 +1,7 @@
 package bgjobs_test
 
 import (
+	"log/slog"
 	"testing"
 	"time"
 
@@ -58,6 +59,9 @@ func TestLoad(t *testing.T) {
 			}},
 		{desc: "keys", env: map[string]string{"BGJOBS_API_KEYS": "alpha:k1, beta:k2"},
 			want: func(c *bgjobs.Config) { c.APIKeys = map[string]string{"k1": "alpha", "k2": "beta"} }},
+		{desc: "a quieter log", env: map[string]string{"BGJOBS_LOG_LEVEL": "warn"},
+			want: func(c *bgjobs.Config) { c.LogLevel = slog.LevelWarn }},
+		{desc: "a bad log level names its variable", env: map[string]string{"BGJOBS_LOG_LEVEL": "loud"}, wantField: "BGJOBS_LOG_LEVEL"},
 		{desc: "bad integer names its variable", env: map[string]string{"BGJOBS_WORK_CONCURRENCY": "ten"}, wantField: "BGJOBS_WORK_CONCURRENCY"},
 		{desc: "bad duration names its variable", env: map[string]string{"BGJOBS_TURN_TIMEOUT": "soon"}, wantField: "BGJOBS_TURN_TIMEOUT"},
 		{desc: "bad boolean names its variable", env: map[string]string{"BGJOBS_AUTO_RESUME": "maybe"}, wantField: "BGJOBS_AUTO_RESUME"},

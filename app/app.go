@@ -59,7 +59,7 @@ func Run(ctx context.Context, cfg bgjobs.Config, mode Mode, stdout io.Writer, op
 	}
 	log := opts.Logger
 	if log == nil {
-		log = NewLogger(stdout)
+		log = NewLogger(stdout, cfg.LogLevel)
 	}
 	if mode == ModeWorker && cfg.RedisURL == "" {
 		return bgjobs.FieldError("REDIS_URL", "a worker joins a shared Redis; set REDIS_URL (only serve can run on the embedded one)")
@@ -222,15 +222,16 @@ func metricsHandler(m *tasks.Manager) http.Handler {
 	return promhttp.HandlerFor(reg, promhttp.HandlerOpts{})
 }
 
-// NewLogger writes one line per event: readable text on a terminal, JSON
-// otherwise (for log shippers).
-func NewLogger(w io.Writer) *slog.Logger {
+// NewLogger writes one line per event at level or above: readable text on
+// a terminal, JSON otherwise (for log shippers).
+func NewLogger(w io.Writer, level slog.Leveler) *slog.Logger {
+	opts := &slog.HandlerOptions{Level: level}
 	if f, ok := w.(*os.File); ok {
 		if st, err := f.Stat(); err == nil && st.Mode()&os.ModeCharDevice != 0 {
-			return slog.New(slog.NewTextHandler(w, nil))
+			return slog.New(slog.NewTextHandler(w, opts))
 		}
 	}
-	return slog.New(slog.NewJSONHandler(w, nil))
+	return slog.New(slog.NewJSONHandler(w, opts))
 }
 
 // monitoring is asynqmon on this process's Redis, mounted at /monitoring/.

@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"io"
@@ -48,6 +49,13 @@ var listeningRE = regexp.MustCompile(`listening on (http://[0-9.:]+)`)
 // returns the base URL once /healthz answers. The server stops when the
 // test ends.
 func startServe(t *testing.T, env map[string]string) string {
+	t.Helper()
+	base, _ := startServeLogged(t, env)
+	return base
+}
+
+// startServeLogged is startServe, with what the server writes.
+func startServeLogged(t *testing.T, env map[string]string) (string, *lockedBuffer) {
 	t.Helper()
 	te := testenv.New(t)
 	vars := map[string]string{
@@ -100,7 +108,7 @@ func startServe(t *testing.T, env map[string]string) string {
 		resp.Body.Close()
 		return resp.StatusCode == http.StatusOK
 	})
-	return base
+	return base, out
 }
 
 // client is a small JSON HTTP client for tests.
@@ -394,4 +402,43 @@ func TestReadyz(t *testing.T) {
 	require.Equal(t, "ready", body["status"])
 	code, _ = c.do("GET", "/healthz", nil)
 	require.Equal(t, http.StatusOK, code)
+}
+
+// TestLogLevelQuietsTheLinesOfEachJob runs serve as an operator would, at
+// the default level and with BGJOBS_LOG_LEVEL=warn, and runs a job on
+// each: the default writes a line for the request and for each of the
+// job's events; warn writes none of them, nor the start-up line.
+func TestLogLevelQuietsTheLinesOfEachJob(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		level string
+		lines bool
+	}{{"", true}, {"warn", false}} {
+		t.Run("level="+cmp.Or(tc.level, "default"), func(t *testing.T) {
+			t.Parallel()
+			base, out := startServeLogged(t, map[string]string{"BGJOBS_LOG_LEVEL": tc.level})
+			c := client{t: t, base: base}
+			code, job := c.do("POST", "/v1/jobs", map[string]any{
+				"origin_session": "chat-log", "kind": "work", "description": "Smoke",
+				"work": map[string]any{"type": "echo", "args": map[string]any{"text": "hello"}},
+			})
+			require.Equal(t, http.StatusAccepted, code, "%v", job)
+			c.waitStatus(job["id"].(string), "completed")
+			perJob := []string{`"msg":"request"`, `"msg":"job spawned"`, `"msg":"job running"`, `"msg":"job settled"`, `"msg":"starting"`}
+			if tc.lines {
+				testenv.Eventually(t, 20*time.Second, "a line per request and per job event", func() bool {
+					for _, line := range perJob {
+						if !strings.Contains(out.String(), line) {
+							return false
+						}
+					}
+					return true
+				})
+				return
+			}
+			for _, line := range perJob {
+				require.NotContains(t, out.String(), line, "warn writes no line of a job that went well")
+			}
+		})
+	}
 }
