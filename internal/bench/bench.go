@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"os"
 	"slices"
 	"strings"
 	"sync/atomic"
@@ -21,6 +22,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/bgjobs/bgjobs"
+	"github.com/bgjobs/bgjobs/app"
 	"github.com/bgjobs/bgjobs/handlers"
 	"github.com/bgjobs/bgjobs/internal/bench/knowledge"
 	"github.com/bgjobs/bgjobs/internal/bench/loadgen"
@@ -53,14 +55,17 @@ type Options struct {
 	FetchLoops int
 	// RecallDocs is the corpus of the recall phase; 0 skips it.
 	RecallDocs int
+	// log is what bgjobs logs to in the end-to-end phases; nil logs
+	// nothing.
+	log *slog.Logger
 	// Only names the phases to run (see Phases); empty runs them all.
 	// A ratio is printed only when both of its phases ran.
 	Only []string
 }
 
 // Phases are the names Options.Only takes, in the order a run takes them:
-// the six throughput phases, then the sections after them.
-var Phases = []string{"asynq", "e2e", "split", "oneloop", "spawn", "workers", "cluster", "joins", "resume", "idle", "knowledge", "recall"}
+// the seven throughput phases, then the sections after them.
+var Phases = []string{"asynq", "e2e", "split", "oneloop", "logged", "spawn", "workers", "cluster", "joins", "resume", "idle", "knowledge", "recall"}
 
 // runs reports whether the phase named is part of this run.
 func (o Options) runs(name string) bool {
@@ -119,6 +124,8 @@ func Run(ctx context.Context, o Options, out io.Writer) error {
 			run: func() (stats.Sample, error) { return rawAsynq(ctx, rdb, o, split) }},
 		{name: "oneloop", short: "bgjobs one fetch loop", label: "bgjobs      the same on one work fetch loop",
 			run: func() (stats.Sample, error) { o := o; o.FetchLoops = 1; return endToEnd(ctx, rdb, o, 1) }},
+		{name: "logged", short: "bgjobs logging at info", label: "bgjobs      the same, logging at info to a file",
+			run: func() (stats.Sample, error) { return logged(ctx, rdb, o) }},
 		{name: "spawn", short: "bgjobs HTTP spawn alone", label: "bgjobs      HTTP spawn alone (no worker)",
 			run: func() (stats.Sample, error) { return spawnOnly(ctx, rdb, o, 1) }},
 		{name: "workers", short: "bgjobs workers alone", label: "bgjobs      workers alone (queued → settle → drain/10ms)",
@@ -170,6 +177,9 @@ func Run(ctx context.Context, o Options, out io.Writer) error {
 	// The split is a setting (BGJOBS_MAX_FETCH_LOOPS) that stays only while
 	// it pays: bgjobs on its loops against bgjobs on one.
 	ratio(fmt.Sprintf("what the split gives bgjobs, %d loops / one", len(split)), "the split stays while this is above 1", "e2e", "oneloop")
+	// The phases above log nothing; serve logs a line per request and job
+	// event unless BGJOBS_LOG_LEVEL says otherwise.
+	ratio("what logging at info leaves of end to end", "BGJOBS_LOG_LEVEL=warn keeps the rest", "logged", "e2e")
 	// End to end runs both halves at once on the same cores: bound by
 	// CPU alone, its rate would be the halves one after the other.
 	if rate["spawn"] > 0 && rate["workers"] > 0 && rate["e2e"] > 0 && rate["asynq"] > 0 {
@@ -310,7 +320,8 @@ type rig struct {
 func startRig(ctx context.Context, rdb redis.UniversalClient, o Options, workers bool) (*rig, error) {
 	ns := namespace()
 	cfg := bgjobs.Config{Namespace: ns, WorkConcurrency: o.Concurrency, MaxFetchLoops: o.FetchLoops, PollInterval: o.Poll, Addr: "127.0.0.1:0"}.WithDefaults()
-	m := tasks.NewManager(rdb, cfg, tasks.Deps{Logger: quiet})
+	log := cmp.Or(o.log, quiet)
+	m := tasks.NewManager(rdb, cfg, tasks.Deps{Logger: log})
 	closers := []func(){func() { redisns.DropNamespace(context.Background(), rdb, ns) }, func() { _ = m.Close() }}
 	done := func() {
 		for _, c := range slices.Backward(closers) {
@@ -325,7 +336,7 @@ func startRig(ctx context.Context, rdb redis.UniversalClient, o Options, workers
 		}
 		closers = append(closers, w.Shutdown)
 	}
-	base, stopAPI, err := loadgen.Serve(handlers.NewServer(cfg, handlers.Deps{Manager: m, Log: quiet}))
+	base, stopAPI, err := loadgen.Serve(handlers.NewServer(cfg, handlers.Deps{Manager: m, Log: log}))
 	if err != nil {
 		done()
 		return nil, err
@@ -376,6 +387,19 @@ func spawned(ctx context.Context, rdb redis.UniversalClient, o Options, sessions
 		return nil, stats.Sample{}, err
 	}
 	return r, clock(o.Jobs), nil
+}
+
+// logged is endToEnd with bgjobs logging as serve does by default: JSON
+// lines at info, to a file.
+func logged(ctx context.Context, rdb redis.UniversalClient, o Options) (stats.Sample, error) {
+	f, err := os.CreateTemp("", "bgjobs-bench-log")
+	if err != nil {
+		return stats.Sample{}, err
+	}
+	defer os.Remove(f.Name())
+	defer f.Close()
+	o.log = app.NewLogger(f, slog.LevelInfo)
+	return endToEnd(ctx, rdb, o, 1)
 }
 
 // endToEnd is bgjobs through its HTTP API: spawn, run, settle, drain, with

@@ -27,7 +27,7 @@ func TestOnlyRunsThePhasesNamed(t *testing.T) {
 			t.Errorf("output lacks %q:\n%s", want, got)
 		}
 	}
-	for _, unwanted := range []string{"split like bgjobs", "one work fetch loop", "what the split gives", "spawn alone", "workers alone", "halves one after the other", "cluster", "batch joins"} {
+	for _, unwanted := range []string{"split like bgjobs", "one work fetch loop", "what the split gives", "logging at info", "what logging", "spawn alone", "workers alone", "halves one after the other", "cluster", "batch joins"} {
 		if strings.Contains(got, unwanted) {
 			t.Errorf("output has %q, a phase not asked for:\n%s", unwanted, got)
 		}
