@@ -84,7 +84,8 @@ func Cluster(ctx context.Context, o Options, out io.Writer) error {
 	}
 	// Opened as serve and worker open them, from their URLs: the same
 	// protocol and pool as a deployment.
-	targets := make([]redis.UniversalClient, 3)
+	names := []string{"one Redis", "one master", "cluster"}
+	targets := make([]redis.UniversalClient, len(names))
 	for i, url := range []string{"redis://" + single.Addr(), "redis-cluster://" + soloNode[0], "redis-cluster://" + strings.Join(nodes, ",")} {
 		if targets[i], err = redisconn.Open(url); err != nil {
 			return err
@@ -101,15 +102,15 @@ func Cluster(ctx context.Context, o Options, out io.Writer) error {
 			// machine gives any client, bgjobs' ceiling here.
 			s, err := rawAsynq(ctx, rdb, o, []int{o.Concurrency})
 			if err != nil {
-				return fmt.Errorf("raw asynq on %T: %w", rdb, err)
+				return fmt.Errorf("raw asynq on %s: %w", names[i], err)
 			}
 			raw[i] = append(raw[i], s.Took)
 			if s, err = spawnOnly(ctx, rdb, o, clusterSessions); err != nil {
-				return fmt.Errorf("spawn on %T: %w", rdb, err)
+				return fmt.Errorf("spawn on %s: %w", names[i], err)
 			}
 			spawn[i], spawnCost[i] = append(spawn[i], s.Took), append(spawnCost[i], s.Cost)
 			if s, err = endToEnd(ctx, rdb, o, clusterSessions); err != nil {
-				return fmt.Errorf("end to end on %T: %w", rdb, err)
+				return fmt.Errorf("end to end on %s: %w", names[i], err)
 			}
 			e2e[i], e2eCost[i] = append(e2e[i], s.Took), append(e2eCost[i], s.Cost)
 		}
@@ -141,8 +142,8 @@ func Cluster(ctx context.Context, o Options, out io.Writer) error {
 		label string
 		costs [3][]stats.Cost
 	}{{"HTTP spawn", spawnCost}, {"end to end", e2eCost}} {
-		for i, target := range []string{"one Redis", "one master", "cluster"} {
-			stats.MedianCost(c.costs[i]).Print(out, c.label+", "+target)
+		for i, name := range names {
+			stats.MedianCost(c.costs[i]).Print(out, c.label+", "+name)
 		}
 	}
 	return nil
