@@ -29,7 +29,8 @@ func NewDocID(prefix string) string {
 // or line boundaries where it can; the first keeps id, the rest id#2, id#3…
 func Passages(id, agent, session, source, title, text string, tier int) []Doc {
 	now := time.Now().UTC()
-	if utf8.ValidString(text) && utf8.RuneCountInString(text) <= PassageChars {
+	// A text has no more runes than bytes: one that short needs no count.
+	if utf8.ValidString(text) && (len(text) <= PassageChars || utf8.RuneCountInString(text) <= PassageChars) {
 		// One passage, the text as it is: the split below would copy it
 		// into runes and back, as much CPU as decoding its request. (It
 		// also turns each invalid byte into U+FFFD; a valid text has none.)
