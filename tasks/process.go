@@ -2,7 +2,6 @@ package tasks
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -26,8 +25,8 @@ const rowWait = time.Minute
 // delivery or a cancelled job can never run twice or change an outcome.
 func (m *Manager) ProcessTask(ctx context.Context, t *asynq.Task) error {
 	id, _ := asynq.GetTaskID(ctx)
-	var p engine.JobPayload
-	if err := json.Unmarshal(t.Payload(), &p); err != nil {
+	p, err := engine.DecodeJobPayload(t.Payload())
+	if err != nil {
 		m.log.Error("task payload unreadable; dropping it", slog.String("task_id", id), slog.Any("err", err))
 		return fmt.Errorf("%w: payload: %v", asynq.SkipRetry, err)
 	}

@@ -94,7 +94,7 @@ func processCmd(ctx context.Context, name, short string, mode app.Mode, getenv f
 // benchCmd runs internal/bench.
 func benchCmd(ctx context.Context, stdout io.Writer) *cobra.Command {
 	o := bench.Options{}
-	var cpuProfile string
+	var cpuProfile, memProfile string
 	cmd := &cobra.Command{
 		Use:   "bench",
 		Short: "Measure bgjobs end to end beside raw asynq on the same Redis",
@@ -111,7 +111,18 @@ func benchCmd(ctx context.Context, stdout io.Writer) *cobra.Command {
 				}
 				defer pprof.StopCPUProfile()
 			}
-			return bench.Run(ctx, o, stdout)
+			if err := bench.Run(ctx, o, stdout); err != nil {
+				return err
+			}
+			if memProfile == "" {
+				return nil
+			}
+			f, err := os.Create(memProfile)
+			if err != nil {
+				return err
+			}
+			defer f.Close()
+			return pprof.Lookup("allocs").WriteTo(f, 0)
 		},
 	}
 	cmd.Flags().StringVar(&o.RedisURL, "redis-url", "", "Redis to measure on (default "+bench.LocalRedisDefault+", embedded if it does not answer)")
@@ -124,6 +135,7 @@ func benchCmd(ctx context.Context, stdout io.Writer) *cobra.Command {
 	cmd.Flags().IntVar(&o.Samples, "samples", 200, "resumes timed per target in the latency phase (0 skips it)")
 	cmd.Flags().StringSliceVar(&o.Only, "only", nil, "run only these phases (comma-separated): "+strings.Join(bench.Phases, ", "))
 	cmd.Flags().StringVar(&cpuProfile, "cpuprofile", "", "write a CPU profile of the whole run to this file")
+	cmd.Flags().StringVar(&memProfile, "memprofile", "", "write an allocation profile of the whole run to this file")
 	cmd.Flags().DurationVar(&o.Poll, "poll", bgjobs.PollIntervalDefault, "idle worker poll interval of both phases")
 	return cmd
 }
