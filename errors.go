@@ -13,11 +13,14 @@ const (
 	EInvalid         = "invalid_argument"
 	EUnauthenticated = "unauthenticated"
 	ENotFound        = "not_found"
-	EConflict        = "conflict"
-	ETooLarge        = "too_large"
-	ERateLimited     = "rate_limited"
-	EUnavailable     = "unavailable"
-	EInternal        = "internal"
+	// EMethodNotAllowed: the path exists, not with this method (the
+	// response's Allow header lists those it takes).
+	EMethodNotAllowed = "method_not_allowed"
+	EConflict         = "conflict"
+	ETooLarge         = "too_large"
+	ERateLimited      = "rate_limited"
+	EUnavailable      = "unavailable"
+	EInternal         = "internal"
 )
 
 // Error is the one error type that crosses package boundaries with a code a

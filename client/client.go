@@ -46,10 +46,13 @@ var (
 	ErrInvalid         = &Error{Code: "invalid_argument"}
 	ErrUnauthenticated = &Error{Code: "unauthenticated"}
 	ErrNotFound        = &Error{Code: "not_found"}
-	ErrConflict        = &Error{Code: "conflict"}
-	ErrTooLarge        = &Error{Code: "too_large"}
-	ErrRateLimited     = &Error{Code: "rate_limited"}
-	ErrUnavailable     = &Error{Code: "unavailable"}
+	// ErrMethodNotAllowed: the path exists, not with that method (a client
+	// older or newer than the server).
+	ErrMethodNotAllowed = &Error{Code: "method_not_allowed"}
+	ErrConflict         = &Error{Code: "conflict"}
+	ErrTooLarge         = &Error{Code: "too_large"}
+	ErrRateLimited      = &Error{Code: "rate_limited"}
+	ErrUnavailable      = &Error{Code: "unavailable"}
 )
 
 // Is matches an error of the same code.

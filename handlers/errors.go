@@ -4,6 +4,7 @@ package handlers
 
 import (
 	"errors"
+	"fmt"
 	"log/slog"
 	"net/http"
 	"strings"
@@ -17,14 +18,15 @@ import (
 
 // statusOf is the one table from error code to HTTP status.
 var statusOf = map[string]int{
-	bgjobs.EInvalid:         http.StatusBadRequest,
-	bgjobs.EUnauthenticated: http.StatusUnauthorized,
-	bgjobs.ENotFound:        http.StatusNotFound,
-	bgjobs.EConflict:        http.StatusConflict,
-	bgjobs.ETooLarge:        http.StatusRequestEntityTooLarge,
-	bgjobs.ERateLimited:     http.StatusTooManyRequests,
-	bgjobs.EUnavailable:     http.StatusServiceUnavailable,
-	bgjobs.EInternal:        http.StatusInternalServerError,
+	bgjobs.EInvalid:          http.StatusBadRequest,
+	bgjobs.EUnauthenticated:  http.StatusUnauthorized,
+	bgjobs.ENotFound:         http.StatusNotFound,
+	bgjobs.EMethodNotAllowed: http.StatusMethodNotAllowed,
+	bgjobs.EConflict:         http.StatusConflict,
+	bgjobs.ETooLarge:         http.StatusRequestEntityTooLarge,
+	bgjobs.ERateLimited:      http.StatusTooManyRequests,
+	bgjobs.EUnavailable:      http.StatusServiceUnavailable,
+	bgjobs.EInternal:         http.StatusInternalServerError,
 }
 
 // codeOfStatus maps Echo's own errors (unknown route, wrong method) back to
@@ -33,7 +35,7 @@ var codeOfStatus = map[int]string{
 	http.StatusBadRequest:            bgjobs.EInvalid,
 	http.StatusUnauthorized:          bgjobs.EUnauthenticated,
 	http.StatusNotFound:              bgjobs.ENotFound,
-	http.StatusMethodNotAllowed:      bgjobs.ENotFound,
+	http.StatusMethodNotAllowed:      bgjobs.EMethodNotAllowed,
 	http.StatusRequestEntityTooLarge: bgjobs.ETooLarge,
 	http.StatusTooManyRequests:       bgjobs.ERateLimited,
 	http.StatusServiceUnavailable:    bgjobs.EUnavailable,
@@ -78,6 +80,9 @@ func errorHandler(log *slog.Logger) echo.HTTPErrorHandler {
 			msg, _ := he.Message.(string)
 			if msg == "" {
 				msg = http.StatusText(he.Code)
+			}
+			if allow := c.Response().Header().Get(echo.HeaderAllow); he.Code == http.StatusMethodNotAllowed && allow != "" {
+				msg = fmt.Sprintf("%s is not allowed here; this path takes %s", c.Request().Method, allow)
 			}
 			detail = errorDetail{Code: code, Message: msg}
 		}

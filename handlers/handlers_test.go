@@ -134,6 +134,50 @@ func TestBadInput(t *testing.T) {
 	}
 }
 
+// A real path asked with a method it does not take answers 405 with the
+// methods it does in Allow, as an HTTP client expects; under /v1 only once
+// the caller is known. A path that does not exist stays 404.
+func TestWrongMethod(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	for _, tc := range []struct {
+		method, path, auth  string
+		wantStatus          int
+		wantCode, wantAllow string
+	}{
+		{"PUT", "/v1/jobs", "Bearer key-a", 405, "method_not_allowed", "OPTIONS, GET, POST"},
+		{"POST", "/v1/jobs/bg-000000000000", "Bearer key-a", 405, "method_not_allowed", "OPTIONS, DELETE, GET"},
+		{"GET", "/v1/sessions/chat-1/drain", "Bearer key-a", 405, "method_not_allowed", "OPTIONS, POST"},
+		{"DELETE", "/v1/agents/alpha", "Bearer key-a", 405, "method_not_allowed", "OPTIONS, GET, PUT"},
+		{"POST", "/", "Bearer key-a", 405, "method_not_allowed", "OPTIONS, GET"},
+		{"PUT", "/v1/jobs", "", 401, "unauthenticated", ""},
+		{"PUT", "/v1/nothing", "Bearer key-a", 404, "not_found", ""},
+		{"GET", "/nothing", "", 404, "not_found", ""},
+	} {
+		t.Run(tc.method+" "+tc.path, func(t *testing.T) {
+			req, err := http.NewRequest(tc.method, b.srv.URL+tc.path, nil)
+			require.NoError(t, err)
+			if tc.auth != "" {
+				req.Header.Set("Authorization", tc.auth)
+			}
+			resp, err := http.DefaultClient.Do(req)
+			require.NoError(t, err)
+			defer resp.Body.Close()
+			var body struct {
+				Error struct{ Code, Message string }
+			}
+			require.NoError(t, json.NewDecoder(resp.Body).Decode(&body))
+			require.Equal(t, tc.wantStatus, resp.StatusCode, body.Error.Message)
+			require.Equal(t, tc.wantCode, body.Error.Code)
+			require.Equal(t, tc.wantAllow, resp.Header.Get("Allow"))
+			if tc.wantAllow != "" {
+				require.Contains(t, body.Error.Message, tc.method+" is not allowed here")
+			}
+			require.NotEmpty(t, resp.Header.Get("Content-Security-Policy"), "every response carries the security headers")
+		})
+	}
+}
+
 func (b *testBundle) spawnEcho(t *testing.T) string {
 	t.Helper()
 	j, _, err := b.m.Spawn(context.Background(), tasks.SpawnRequest{Agent: "alpha", OriginSession: "s", Kind: bgjobs.KindWork,

@@ -3,6 +3,7 @@ package handlers
 import (
 	"log/slog"
 	"net/http"
+	"strings"
 
 	"github.com/labstack/echo/v4"
 	"github.com/labstack/echo/v4/middleware"
@@ -51,6 +52,9 @@ func NewServer(cfg bgjobs.Config, d Deps) http.Handler {
 // addRoutes is the whole URL space of the API, in one place.
 func addRoutes(e *echo.Echo, d Deps, auth *authenticator) {
 	m, mem := d.Manager, d.Memory
+	// The console's security headers go on every response, errors included
+	// (a 404 or 401 page is a page too).
+	e.Use(securityHeaders)
 	e.GET("/healthz", handleHealthz())
 	e.GET("/openapi.json", openapi.Handler())
 	if d.Metrics != nil {
@@ -61,7 +65,12 @@ func addRoutes(e *echo.Echo, d Deps, auth *authenticator) {
 	}
 	e.GET("/readyz", handleReadyz(m))
 
-	v1 := e.Group("/v1", auth.middleware)
+	// Every /v1 request is authenticated, found or not. The middleware is
+	// the server's, not the group's: Echo gives a group with middleware a
+	// catch-all route, which would answer a wrong method on a real path
+	// 404 instead of 405 with its Allow header.
+	e.Use(under("/v1", auth.middleware))
+	v1 := e.Group("/v1")
 	v1.PUT("/agents/:name", handlePutAgent(m))
 	v1.GET("/agents/:name", handleGetAgent(m))
 
@@ -80,24 +89,43 @@ func addRoutes(e *echo.Echo, d Deps, auth *authenticator) {
 	v1.POST("/knowledge", handleKnowledge(m, mem))
 
 	// The console: pages for people, signed in by key (cookie or header).
-	e.GET("/static/*", echo.WrapHandler(http.StripPrefix("/static/", web.Static())), securityHeaders)
-	e.GET("/login", handleLoginPage(), securityHeaders)
-	e.POST("/login", handleLogin(auth), securityHeaders)
-	e.POST("/logout", handleLogout(), securityHeaders)
-	pages := e.Group("", securityHeaders, auth.pageAuth)
+	// Sign-in is each page's own middleware, not a group's, for the reason
+	// given at /v1.
+	e.GET("/static/*", echo.WrapHandler(http.StripPrefix("/static/", web.Static())))
+	e.GET("/login", handleLoginPage())
+	e.POST("/login", handleLogin(auth))
+	e.POST("/logout", handleLogout())
+	page := func(method, path string, h echo.HandlerFunc, m ...echo.MiddlewareFunc) {
+		e.Add(method, path, h, append([]echo.MiddlewareFunc{auth.pageAuth}, m...)...)
+	}
 	cons := console.New(m, mem, pageCaller)
-	pages.GET("/", cons.Home)
-	pages.GET("/console/jobs/:id", cons.Row)
-	pages.POST("/console/jobs/:id/:action", cons.Action, console.Origin)
-	pages.GET("/console/batches/:id/state", cons.BatchState)
-	pages.GET("/jobs/:id", cons.Viewer)
-	pages.GET("/memory", cons.Memory)
-	pages.GET("/batches/:id", cons.Batch)
+	page(http.MethodGet, "/", cons.Home)
+	page(http.MethodGet, "/console/jobs/:id", cons.Row)
+	page(http.MethodPost, "/console/jobs/:id/:action", cons.Action, console.Origin)
+	page(http.MethodGet, "/console/batches/:id/state", cons.BatchState)
+	page(http.MethodGet, "/jobs/:id", cons.Viewer)
+	page(http.MethodGet, "/memory", cons.Memory)
+	page(http.MethodGet, "/batches/:id", cons.Batch)
 	if d.Monitoring != nil {
-		pages.Match([]string{http.MethodGet, http.MethodPost, http.MethodPut, http.MethodDelete, http.MethodPatch, http.MethodHead, http.MethodOptions},
-			"/monitoring/*", echo.WrapHandler(d.Monitoring), cons.AdminOnly, console.MonitoringHeaders(d.Monitoring), console.MonitoringWakes(m))
+		monitoring := echo.WrapHandler(d.Monitoring)
+		for _, method := range []string{http.MethodGet, http.MethodPost, http.MethodPut, http.MethodDelete, http.MethodPatch, http.MethodHead, http.MethodOptions} {
+			page(method, "/monitoring/*", monitoring, cons.AdminOnly, console.MonitoringHeaders(d.Monitoring), console.MonitoringWakes(m))
+		}
 	}
 
 	// Session ids may contain "/", so the action is the last path segment.
 	v1.POST("/sessions/*", handleSessionAction(m))
+}
+
+// under applies mw to the requests whose path is prefix or below it.
+func under(prefix string, mw echo.MiddlewareFunc) echo.MiddlewareFunc {
+	return func(next echo.HandlerFunc) echo.HandlerFunc {
+		wrapped := mw(next)
+		return func(c echo.Context) error {
+			if p := c.Request().URL.Path; p == prefix || strings.HasPrefix(p, prefix+"/") {
+				return wrapped(c)
+			}
+			return next(c)
+		}
+	}
 }
