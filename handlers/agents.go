@@ -55,7 +55,7 @@ func handlePutAgent(m *tasks.Manager) echo.HandlerFunc {
 			WebhookSecret: b.WebhookSecret, AutoResume: b.AutoResume, SubagentTypes: b.SubagentTypes}
 		who, _ := c.Get(callerKey).(caller)
 		switch {
-		case b.DelegateTo != nil && !who.admin:
+		case b.DelegateTo != nil && !who.Admin:
 			return bgjobs.FieldError("delegate_to", "only the admin key sets which agents an agent may delegate to")
 		case b.DelegateTo != nil:
 			a.DelegateTo = *b.DelegateTo

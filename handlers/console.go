@@ -20,7 +20,7 @@ const keyCookie = "bgjobs_key"
 // pageCaller is the console's view of the caller.
 func pageCaller(c echo.Context) (string, bool) {
 	who, _ := c.Get(callerKey).(caller)
-	return who.agent, who.admin
+	return who.Agent, who.Admin
 }
 
 // securityHeaders sets the console's headers on every page and asset.
@@ -35,11 +35,11 @@ func securityHeaders(next echo.HandlerFunc) echo.HandlerFunc {
 // sign-in cookie; anyone else is sent to the sign-in page.
 func (a *authenticator) pageAuth(next echo.HandlerFunc) echo.HandlerFunc {
 	return func(c echo.Context) error {
-		if a.isOpen(c.Request().Context()) {
-			setCaller(c, caller{agent: OpenAgent, admin: true})
+		if a.Open(c.Request().Context()) {
+			setCaller(c, caller{Agent: OpenAgent, Admin: true})
 			return next(c)
 		}
-		who, ok, err := a.lookup(c.Request().Context(), credential(c))
+		who, ok, err := a.Lookup(c.Request().Context(), credential(c))
 		if err != nil {
 			return err
 		}
@@ -49,8 +49,8 @@ func (a *authenticator) pageAuth(next echo.HandlerFunc) echo.HandlerFunc {
 			}
 			return c.Redirect(http.StatusSeeOther, "/login?next="+url.QueryEscape(c.Request().URL.Path))
 		}
-		if as := c.QueryParam("agent"); as != "" && who.admin && bgjobs.ValidAgentName(as) {
-			who.agent = as
+		if as := c.QueryParam("agent"); as != "" && who.Admin && bgjobs.ValidAgentName(as) {
+			who.Agent = as
 		}
 		setCaller(c, who)
 		return next(c)
@@ -66,7 +66,7 @@ func handleLoginPage() echo.HandlerFunc {
 func handleLogin(a *authenticator) echo.HandlerFunc {
 	return func(c echo.Context) error {
 		key := strings.TrimSpace(c.FormValue("key"))
-		_, ok, err := a.lookup(c.Request().Context(), key)
+		_, ok, err := a.Lookup(c.Request().Context(), key)
 		if err != nil {
 			return err
 		}

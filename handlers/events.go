@@ -29,16 +29,16 @@ func handleEvents(m *tasks.Manager) echo.HandlerFunc {
 		ctx := c.Request().Context()
 		var agents []string
 		switch a := c.QueryParam("agent"); {
-		case a != "" && (who.admin || a == who.agent):
+		case a != "" && (who.Admin || a == who.Agent):
 			if err := bgjobs.CheckAgentName("agent", a); err != nil {
 				return err
 			}
 			agents = []string{a}
 		case a != "":
 			return bgjobs.Errorf(bgjobs.ENotFound, "no agent %s", a)
-		case who.agent != "":
-			agents = []string{who.agent}
-		case who.admin:
+		case who.Agent != "":
+			agents = []string{who.Agent}
+		case who.Admin:
 			all, err := m.EventAgents(ctx)
 			if err != nil {
 				return err
@@ -67,8 +67,8 @@ func handleEvents(m *tasks.Manager) echo.HandlerFunc {
 				after[a] = id
 			}
 		}
-		owner := who.agent
-		if who.admin && c.QueryParam("agent") == "" {
+		owner := who.Agent
+		if who.Admin && c.QueryParam("agent") == "" {
 			owner = ""
 		}
 		sub, err := m.SubscribeEvents(owner, after)
