@@ -4,6 +4,8 @@ import (
 	"context"
 	"log/slog"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/bgjobs/bgjobs"
 	"github.com/bgjobs/bgjobs/tasks"
 )
@@ -15,6 +17,10 @@ func OpenManager(ctx context.Context, cfg bgjobs.Config) (m *tasks.Manager, clos
 	if cfg.RedisURL == "" {
 		return nil, nil, bgjobs.FieldError("REDIS_URL", "operator commands work on a shared Redis; set REDIS_URL or --redis-url")
 	}
+	// go-redis prints each failed dial of its pool to stderr; a one-shot
+	// command's own error says it once, after them, so they are dropped
+	// (serve and worker keep them).
+	redis.SetLogger(quietRedis{})
 	conn, err := openRedis(ctx, cfg.RedisURL)
 	if err != nil {
 		return nil, nil, err
@@ -25,3 +31,8 @@ func OpenManager(ctx context.Context, cfg bgjobs.Config) (m *tasks.Manager, clos
 		conn.close()
 	}, nil
 }
+
+// quietRedis is a go-redis logger that drops every message.
+type quietRedis struct{}
+
+func (quietRedis) Printf(context.Context, string, ...any) {}

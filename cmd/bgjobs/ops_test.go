@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -256,7 +257,18 @@ func TestCLIWithTheRealBinary(t *testing.T) {
 	require.Contains(t, out, "echo for alpha")
 	require.Contains(t, out, "echo for beta")
 
-	_, stderr, code := binCLI(t, env, "jobs", "ls", "--bogus")
+	// A Redis that does not answer is said once, in the command's own
+	// error, without go-redis's line per failed dial before it.
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	closed := l.Addr().String()
+	require.NoError(t, l.Close())
+	_, stderr, code := binCLI(t, []string{"REDIS_URL=redis://" + closed + "/0"}, "jobs", "ls")
+	require.NotEqual(t, 0, code)
+	require.Equal(t, 1, strings.Count(stderr, "\n"), "one line: %q", stderr)
+	require.Contains(t, stderr, "bgjobs: redis at REDIS_URL does not answer")
+
+	_, stderr, code = binCLI(t, env, "jobs", "ls", "--bogus")
 	require.NotEqual(t, 0, code)
 	require.Contains(t, stderr, "unknown flag: --bogus")
 	require.Contains(t, stderr, "Usage:", "a bad flag prints the usage")
