@@ -55,15 +55,13 @@ var pages = template.Must(template.New("").Funcs(template.FuncMap{
 		}
 		return t.UTC().Format("Jan 2 15:04:05")
 	},
+	// duration is how long an ended job ran; "" for one that has not ended
+	// (its live elapsed time is shown beside its status) or never started.
 	"duration": func(j *bgjobs.Job) string {
-		if j.StartedAt == nil {
+		if j.StartedAt == nil || j.CompletedAt == nil {
 			return ""
 		}
-		end := time.Now()
-		if j.CompletedAt != nil {
-			end = *j.CompletedAt
-		}
-		return end.Sub(*j.StartedAt).Round(time.Millisecond).String()
+		return j.CompletedAt.Sub(*j.StartedAt).Round(time.Millisecond).String()
 	},
 	"snippet": Snippet,
 	"deref": func(s *string) string {

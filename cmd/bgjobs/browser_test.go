@@ -175,6 +175,8 @@ func TestConsoleActionsInABrowser(t *testing.T) {
 	until(t, ctx, "the live stream", `document.body.dataset.live === '1'`)
 	until(t, ctx, "queued and running counted apart", `/\d+ queued · \d+ running/.test(document.querySelector('#pill').innerText)`)
 	shot(t, ctx, "console-list")
+	until(t, ctx, "took for an ended job only (a running one shows its elapsed time by its status)",
+		`!document.querySelector('#job-`+slow+` .facts').innerText.includes('took') && document.querySelector('#job-`+done+` .facts').innerText.includes('took')`)
 
 	// The switcher: beta's jobs, not alpha's; then back.
 	_, err := chromedp.Run(ctx, chromedp.Evaluate[bool](`(function(){var s=document.querySelector('#agent'); s.value='beta'; s.dispatchEvent(new Event('change')); return true})()`))
