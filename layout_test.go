@@ -33,6 +33,7 @@ func TestLayout(t *testing.T) {
 		mod + "/tasks/internal/registry/tenants":      "the registry's agents and agent keys",
 		mod + "/tasks/internal/registry/turncap":      "the global turn cap and each agent's share of it",
 		mod + "/tasks/internal/registry/stragglers":   "the batches' straggler timeouts",
+		mod + "/tasks/internal/registry/idem":         "spawn Idempotency-Keys",
 		mod + "/tasks/internal/registry/registrytest": "the registry's test helpers",
 		mod + "/internal/pipeline":                    "the batching writer and asynq's client",
 		mod + "/tasks":                                "NewManager takes the caller's client (the type only)",

@@ -30,6 +30,7 @@ import (
 	"github.com/bgjobs/bgjobs/tasks/internal/registry"
 	"github.com/bgjobs/bgjobs/tasks/internal/registry/feeds"
 	"github.com/bgjobs/bgjobs/tasks/internal/registry/handover"
+	"github.com/bgjobs/bgjobs/tasks/internal/registry/idem"
 	"github.com/bgjobs/bgjobs/tasks/internal/registry/reclaim"
 	"github.com/bgjobs/bgjobs/tasks/internal/registry/stragglers"
 	"github.com/bgjobs/bgjobs/tasks/internal/registry/tenants"
@@ -62,6 +63,7 @@ type Manager struct {
 	hand    *handover.Store
 	feeds   *feeds.Store
 	tenants *tenants.Store
+	idem    *idem.Keys
 	eng     *engine.Engine
 	follow  *followup.Followups
 	maint   *maintenance.Maintainer
@@ -114,8 +116,8 @@ func NewManager(rdb redis.UniversalClient, cfg bgjobs.Config, d Deps) *Manager {
 		maint: maintenance.New(maintenance.Deps{Store: store, Reclaim: reclaim.New(rdb), Engine: eng, Followups: follow,
 			Interval: cfg.ReconcileInterval, BatchJoinTimeout: cfg.BatchJoinTimeout, Now: d.Now, Log: d.Logger}),
 		kinds: d.Kinds, agentAllow: netguard.NewAllow(cfg.AgentAllow), turns: d.Turns, now: d.Now, log: d.Logger,
-		stragglers: strag,
-		turnCap:    turncap.New(rdb, store.Keys(), cfg.TurnConcurrency, cfg.TurnShare, cfg.PollInterval, d.Now, d.Logger),
+		stragglers: strag, idem: idem.New(rdb, store.Keys(), store.Lookup),
+		turnCap: turncap.New(rdb, store.Keys(), cfg.TurnConcurrency, cfg.TurnShare, cfg.PollInterval, d.Now, d.Logger),
 	}
 }
 

@@ -59,7 +59,7 @@ func (m *Manager) Spawn(ctx context.Context, req SpawnRequest) (job *bgjobs.Job,
 		j.WaitUntil = j.CreatedAt.Add(req.Wait)
 	}
 	if req.IdempotencyKey != "" {
-		prior, err := m.store.ClaimSpawnKey(ctx, req.Agent, req.IdempotencyKey, j.ID, fingerprint(j), spawnIdemTTL)
+		prior, err := m.idem.Claim(ctx, req.Agent, req.IdempotencyKey, j.ID, fingerprint(j), spawnIdemTTL)
 		if err != nil || prior != nil {
 			return prior, prior != nil, err
 		}

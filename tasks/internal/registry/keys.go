@@ -81,7 +81,7 @@ func (k Keys) TurnSem() string                    { return k.NS + ":turnsem" }
 func (k Keys) Agents() string                     { return k.NS + ":agents" }
 func (k Keys) Agent(agent string) string          { return k.NS + ":agent:" + agent }
 func (k Keys) AgentJobs(agent string) string      { return k.Agent(agent) + ":jobs" }
-func (k Keys) spawnIdem(agent, key string) string { return k.Agent(agent) + ":idem:" + Digest(key) }
+func (k Keys) SpawnIdem(agent, key string) string { return k.Agent(agent) + ":idem:" + Digest(key) }
 func (k Keys) EventStream(agent string) string    { return k.eventsPrefix() + agent + ":stream" }
 func (k Keys) eventsPrefix() string               { return k.NS + ":events:{" + k.NS + "}:" }
 
