@@ -4,7 +4,7 @@ import (
 	"context"
 	"log/slog"
 
-	"github.com/redis/go-redis/v9"
+	"github.com/redis/go-redis/v9/logging"
 
 	"github.com/bgjobs/bgjobs"
 	"github.com/bgjobs/bgjobs/tasks"
@@ -20,7 +20,7 @@ func OpenManager(ctx context.Context, cfg bgjobs.Config) (m *tasks.Manager, clos
 	// go-redis prints each failed dial of its pool to stderr; a one-shot
 	// command's own error says it once, after them, so they are dropped
 	// (serve and worker keep them).
-	redis.SetLogger(quietRedis{})
+	logging.Disable()
 	conn, err := openRedis(ctx, cfg.RedisURL)
 	if err != nil {
 		return nil, nil, err
@@ -31,8 +31,3 @@ func OpenManager(ctx context.Context, cfg bgjobs.Config) (m *tasks.Manager, clos
 		conn.close()
 	}, nil
 }
-
-// quietRedis is a go-redis logger that drops every message.
-type quietRedis struct{}
-
-func (quietRedis) Printf(context.Context, string, ...any) {}

@@ -107,23 +107,23 @@ func addRoutes(e *echo.Echo, d Deps, auth *authenticator) {
 	page(http.MethodGet, "/memory", cons.Memory)
 	page(http.MethodGet, "/batches/:id", cons.Batch)
 	if d.Monitoring != nil {
-		monitoring := echo.WrapHandler(d.Monitoring)
-		for _, method := range []string{http.MethodGet, http.MethodPost, http.MethodPut, http.MethodDelete, http.MethodPatch, http.MethodHead, http.MethodOptions} {
-			page(method, "/monitoring/*", monitoring, cons.AdminOnly, console.MonitoringHeaders(d.Monitoring), console.MonitoringWakes(m))
-		}
+		e.Match([]string{http.MethodGet, http.MethodPost, http.MethodPut, http.MethodDelete, http.MethodPatch, http.MethodHead, http.MethodOptions},
+			"/monitoring/*", echo.WrapHandler(d.Monitoring), auth.pageAuth, cons.AdminOnly, console.MonitoringHeaders(d.Monitoring), console.MonitoringWakes(m))
 	}
 
 	// Session ids may contain "/", so the action is the last path segment.
 	v1.POST("/sessions/*", handleSessionAction(m))
 }
 
-// under applies mw to the requests whose path is prefix or below it.
+// under applies mw to the requests whose path is prefix or below it. Echo
+// builds server middleware around each request's handler, so mw is built
+// only for the requests it applies to.
 func under(prefix string, mw echo.MiddlewareFunc) echo.MiddlewareFunc {
+	below := prefix + "/"
 	return func(next echo.HandlerFunc) echo.HandlerFunc {
-		wrapped := mw(next)
 		return func(c echo.Context) error {
-			if p := c.Request().URL.Path; p == prefix || strings.HasPrefix(p, prefix+"/") {
-				return wrapped(c)
+			if p := c.Request().URL.Path; p == prefix || strings.HasPrefix(p, below) {
+				return mw(next)(c)
 			}
 			return next(c)
 		}

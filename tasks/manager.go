@@ -63,7 +63,7 @@ type Manager struct {
 	hand    *handover.Store
 	feeds   *feeds.Store
 	tenants *tenants.Store
-	idem    *idem.Keys
+	idem    *idem.Store
 	eng     *engine.Engine
 	follow  *followup.Followups
 	maint   *maintenance.Maintainer

@@ -5,6 +5,8 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"os"
+	"regexp"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -222,4 +224,31 @@ func TestKnowledgeDocumentsIndexTogether(t *testing.T) {
 	refused(map[string]any{"session": "chat-kd", "documents": many}, http.StatusBadRequest, "documents")
 	refused(map[string]any{"session": "chat-kd", "documents": []any{map[string]any{"text": "wallabyfern", "tags": "x"}}}, http.StatusBadRequest, "tags")
 	require.Empty(t, recall(c, "wallabyfern")["hits"], "a refused request indexes none of its texts")
+}
+
+// On the embedded Redis the reports stream dies with the process, so its
+// index does too: recall answers while serve runs, nothing is written under
+// BGJOBS_DATA_DIR, and the index's temporary directory is gone after.
+func TestEmbeddedRedisKeepsItsIndexOutOfTheDataDir(t *testing.T) {
+	t.Parallel()
+	dataDir := t.TempDir()
+	var indexDir string
+	t.Cleanup(func() { // runs after serve has stopped (cleanups run last first)
+		require.NotEmpty(t, indexDir)
+		_, err := os.Stat(indexDir)
+		require.True(t, os.IsNotExist(err), "the temporary index outlived serve: %v", err)
+	})
+	base, out := startServeLogged(t, map[string]string{"REDIS_URL": "", "BGJOBS_DATA_DIR": dataDir, "BGJOBS_API_KEYS": "alpha:ka"})
+	a := client{t: t, base: base, key: "ka"}
+	code, kn := a.do("POST", "/v1/knowledge", map[string]any{"session": "chat-1", "title": "Field notes", "text": "echidnas lay eggs"})
+	require.Equal(t, http.StatusCreated, code, "%v", kn)
+	require.Len(t, recall(a, "echidnas")["hits"], 1)
+
+	m := regexp.MustCompile(`"search index is new[^"]*","dir":"([^"]+)"`).FindStringSubmatch(out.String())
+	require.NotNil(t, m, "serve says where its index is: %s", out.String())
+	indexDir = m[1]
+	require.True(t, strings.HasPrefix(indexDir, os.TempDir()), indexDir)
+	entries, err := os.ReadDir(dataDir)
+	require.NoError(t, err)
+	require.Empty(t, entries, "nothing under BGJOBS_DATA_DIR")
 }

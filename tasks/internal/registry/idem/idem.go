@@ -15,8 +15,8 @@ import (
 	"github.com/bgjobs/bgjobs/tasks/internal/registry"
 )
 
-// Keys claims spawn keys.
-type Keys struct {
+// Store claims spawn keys.
+type Store struct {
 	rdb redis.UniversalClient
 	k   registry.Keys
 	// lookup finds a job by id (nil when there is none).
@@ -24,8 +24,8 @@ type Keys struct {
 }
 
 // New returns the spawn keys on rdb with keys k; lookup finds a job by id.
-func New(rdb redis.UniversalClient, k registry.Keys, lookup func(ctx context.Context, id string) (*bgjobs.Job, error)) *Keys {
-	return &Keys{rdb: rdb, k: k, lookup: lookup}
+func New(rdb redis.UniversalClient, k registry.Keys, lookup func(ctx context.Context, id string) (*bgjobs.Job, error)) *Store {
+	return &Store{rdb: rdb, k: k, lookup: lookup}
 }
 
 // Claim records id under the agent's spawn Idempotency-Key for ttl, or
@@ -33,7 +33,7 @@ func New(rdb redis.UniversalClient, k registry.Keys, lookup func(ctx context.Con
 // (never written, deleted) is taken over. fingerprint identifies the
 // request: a key reused for a different one is a conflict, not the other
 // request's job.
-func (s *Keys) Claim(ctx context.Context, agent, key, id, fingerprint string, ttl time.Duration) (*bgjobs.Job, error) {
+func (s *Store) Claim(ctx context.Context, agent, key, id, fingerprint string, ttl time.Duration) (*bgjobs.Job, error) {
 	k := s.k.SpawnIdem(agent, key)
 	for range 3 {
 		ok, err := s.rdb.SetNX(ctx, k, id+" "+fingerprint, ttl).Result()
