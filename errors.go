@@ -16,11 +16,17 @@ const (
 	// EMethodNotAllowed: the path exists, not with this method (the
 	// response's Allow header lists those it takes).
 	EMethodNotAllowed = "method_not_allowed"
-	EConflict         = "conflict"
-	ETooLarge         = "too_large"
-	ERateLimited      = "rate_limited"
-	EUnavailable      = "unavailable"
-	EInternal         = "internal"
+	// EForbidden: the request is refused whoever sends it (/mcp: a Host
+	// that is not loopback on a loopback listener, DNS rebinding).
+	EForbidden = "forbidden"
+	EConflict  = "conflict"
+	// EUnsupportedMediaType: a body in a type the path does not take (/mcp
+	// takes application/json).
+	EUnsupportedMediaType = "unsupported_media_type"
+	ETooLarge             = "too_large"
+	ERateLimited          = "rate_limited"
+	EUnavailable          = "unavailable"
+	EInternal             = "internal"
 )
 
 // Error is the one error type that crosses package boundaries with a code a

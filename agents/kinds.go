@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"net/url"
 	"slices"
 	"strings"
 	"time"
@@ -36,40 +35,30 @@ type ingestArgs struct {
 	URL string `json:"url"`
 }
 
-func decodeStrict(raw json.RawMessage, v any) error {
-	dec := json.NewDecoder(bytes.NewReader(raw))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(v); err != nil {
-		return bgjobs.FieldError("work.args", "%v", err)
-	}
-	return nil
-}
-
-// CheckFetchURL accepts http(s) URLs whose host is not a forbidden literal.
-// Names are checked again at every dial, after resolution.
-func CheckFetchURL(raw string) error {
-	u, err := url.Parse(raw)
-	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		return bgjobs.FieldError("url", "want an http:// or https:// URL")
-	}
-	return nil
-}
-
 // IngestKind fetches a URL with the SSRF-safe client, turns HTML into text
 // with a real parser, and indexes it as source "ingest", trust tier 3.
-func IngestKind(client *http.Client, feed DocFeed) work.Kind {
+// allow is the client's allow-list (BGJOBS_FETCH_ALLOW): a URL naming an
+// internal address literally, and not on it, is refused at spawn; a name is
+// judged when the client dials it.
+func IngestKind(client *http.Client, allow netguard.Allow, feed DocFeed) work.Kind {
 	return work.Kind{
 		Name: "ingest",
 		Check: func(raw json.RawMessage) error {
 			var a ingestArgs
-			if err := decodeStrict(raw, &a); err != nil {
+			if err := work.DecodeArgs(raw, &a); err != nil {
 				return err
 			}
-			return CheckFetchURL(a.URL)
+			if a.URL == "" {
+				return bgjobs.FieldError("work.args.url", "is required: the http:// or https:// URL to fetch")
+			}
+			if err := netguard.CheckURL(a.URL, allow, "BGJOBS_FETCH_ALLOW"); err != nil {
+				return bgjobs.FieldError("work.args.url", "%v", err)
+			}
+			return nil
 		},
 		Run: func(ctx context.Context, raw json.RawMessage) (string, error) {
 			var a ingestArgs
-			if err := decodeStrict(raw, &a); err != nil {
+			if err := work.DecodeArgs(raw, &a); err != nil {
 				return "", err
 			}
 			job, _ := work.JobFromContext(ctx)
@@ -191,7 +180,7 @@ func (r *A2A) DelegateKind(lookup AgentLookup) work.Kind {
 		Name: "delegate",
 		Check: func(raw json.RawMessage) error {
 			var a delegateArgs
-			if err := decodeStrict(raw, &a); err != nil {
+			if err := work.DecodeArgs(raw, &a); err != nil {
 				return err
 			}
 			if err := bgjobs.CheckAgentName("work.args.agent", a.Agent); err != nil {
@@ -208,7 +197,7 @@ func (r *A2A) DelegateKind(lookup AgentLookup) work.Kind {
 		// the answer does not tell which names exist.
 		Authorize: func(ctx context.Context, agent string, raw json.RawMessage) error {
 			var a delegateArgs
-			if err := decodeStrict(raw, &a); err != nil {
+			if err := work.DecodeArgs(raw, &a); err != nil {
 				return err
 			}
 			refused := bgjobs.FieldError("work.args.agent", "no agent %q that %s may delegate to", a.Agent, agent)
@@ -232,7 +221,7 @@ func (r *A2A) DelegateKind(lookup AgentLookup) work.Kind {
 		},
 		Run: func(ctx context.Context, raw json.RawMessage) (string, error) {
 			var a delegateArgs
-			if err := decodeStrict(raw, &a); err != nil {
+			if err := work.DecodeArgs(raw, &a); err != nil {
 				return "", err
 			}
 			target, err := lookup(ctx, a.Agent)

@@ -81,7 +81,8 @@ func Run(ctx context.Context, cfg bgjobs.Config, mode Mode, stdout io.Writer, op
 	runner := agents.NewA2A(netguard.NewAllow(cfg.AgentAllow))
 	m := tasks.NewManager(conn.rdb, cfg, tasks.Deps{Kinds: kinds, Turns: runner, Resumer: runner, Logger: log})
 	defer m.Close()
-	kinds.Register(agents.IngestKind(netguard.Client(time.Minute, netguard.NewAllow(cfg.FetchAllow)), m.AppendDocs))
+	fetchAllow := netguard.NewAllow(cfg.FetchAllow)
+	kinds.Register(agents.IngestKind(netguard.Client(time.Minute, fetchAllow), fetchAllow, m.AppendDocs))
 	kinds.Register(runner.DelegateKind(func(ctx context.Context, name string) (*bgjobs.Agent, error) {
 		a, err := m.GetAgent(ctx, name)
 		if bgjobs.ErrorCode(err) == bgjobs.ENotFound {

@@ -4,11 +4,13 @@ import (
 	"errors"
 	"io"
 	"net/http"
+	"net/url"
+	"strings"
 
 	"github.com/labstack/echo/v4"
 
 	"github.com/bgjobs/bgjobs"
-	"github.com/bgjobs/bgjobs/handlers/internal/jsonbody"
+	"github.com/bgjobs/bgjobs/internal/jsonbody"
 )
 
 // decodeBody reads one JSON object from the request into v. Unknown fields,
@@ -45,3 +47,16 @@ func watchHangup(c echo.Context) {
 
 // decodeJSON is decodeBody's pure half, fuzzed on its own.
 func decodeJSON(body []byte, v any) error { return jsonbody.Decode(body, v) }
+
+// queryOf returns the request's query parameters, or a 400 when the query
+// string is malformed (a bad %-escape, a ";" separator): Echo and net/url
+// drop such a pair silently, which would turn "?limit=%zz" into the default
+// limit and "?cursor=%%" into the first page.
+func queryOf(c echo.Context) (url.Values, error) {
+	if raw := c.Request().URL.RawQuery; strings.ContainsAny(raw, "%;") {
+		if _, err := url.ParseQuery(raw); err != nil {
+			return nil, bgjobs.Errorf(bgjobs.EInvalid, "malformed query string: %v", err)
+		}
+	}
+	return c.QueryParams(), nil
+}

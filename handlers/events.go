@@ -10,6 +10,7 @@ import (
 
 	"github.com/bgjobs/bgjobs"
 	"github.com/bgjobs/bgjobs/tasks"
+	"github.com/bgjobs/bgjobs/tasks/eventhub"
 )
 
 // sseKeepAlive is how often an idle stream sends a comment, so proxies and
@@ -27,8 +28,12 @@ func handleEvents(m *tasks.Manager) echo.HandlerFunc {
 	return func(c echo.Context) error {
 		who, _ := c.Get(callerKey).(caller)
 		ctx := c.Request().Context()
+		q, err := queryOf(c)
+		if err != nil {
+			return err
+		}
 		var agents []string
-		switch a := c.QueryParam("agent"); {
+		switch a := q.Get("agent"); {
 		case a != "" && (who.Admin || a == who.Agent):
 			if err := bgjobs.CheckAgentName("agent", a); err != nil {
 				return err
@@ -45,9 +50,12 @@ func handleEvents(m *tasks.Manager) echo.HandlerFunc {
 			}
 			agents = all
 		}
-		last := c.Request().Header.Get("Last-Event-ID")
+		last, field := c.Request().Header.Get("Last-Event-ID"), "Last-Event-ID"
 		if last == "" {
-			last = c.QueryParam("last_event_id")
+			last, field = q.Get("last_event_id"), "last_event_id"
+		}
+		if last != "" && !eventhub.ValidID(last) {
+			return bgjobs.FieldError(field, "not an event id this API sent: %q", bgjobs.CutRunes(last, 64))
 		}
 		after := map[string]string{}
 		for _, a := range agents {
@@ -68,7 +76,7 @@ func handleEvents(m *tasks.Manager) echo.HandlerFunc {
 			}
 		}
 		owner := who.Agent
-		if who.Admin && c.QueryParam("agent") == "" {
+		if who.Admin && q.Get("agent") == "" {
 			owner = ""
 		}
 		sub, err := m.SubscribeEvents(owner, after)

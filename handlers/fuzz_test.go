@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/bgjobs/bgjobs"
+	"github.com/bgjobs/bgjobs/handlers/internal/errshape"
 	"github.com/bgjobs/bgjobs/tasks"
 )
 
@@ -26,8 +27,8 @@ func fuzzDecode[T any](f *testing.F, seeds ...string) {
 		if !errors.As(err, &be) {
 			t.Fatalf("decode error is not a *bgjobs.Error: %v", err)
 		}
-		if statusOf[be.Code] < 400 || statusOf[be.Code] >= 500 {
-			t.Fatalf("decode error %q maps to %d", be.Code, statusOf[be.Code])
+		if errshape.Status(be.Code) < 400 || errshape.Status(be.Code) >= 500 {
+			t.Fatalf("decode error %q maps to %d", be.Code, errshape.Status(be.Code))
 		}
 	})
 }

@@ -73,6 +73,7 @@ func TestBadInput(t *testing.T) {
 		wantStatus int
 		wantCode   string
 		wantField  string
+		wantMsg    string
 	}{
 		{desc: "malformed JSON", method: "POST", path: "/v1/jobs", body: `{"origin_session":`, wantStatus: 400, wantCode: "invalid_argument"},
 		{desc: "not an object", method: "POST", path: "/v1/jobs", body: `[1,2]`, wantStatus: 400, wantCode: "invalid_argument"},
@@ -93,7 +94,14 @@ func TestBadInput(t *testing.T) {
 		{desc: "unknown work kind", method: "POST", path: "/v1/jobs", body: `{"origin_session":"s","kind":"work","work":{"type":"teleport"}}`, wantStatus: 400, wantCode: "invalid_argument", wantField: "work.type"},
 		{desc: "work without type", method: "POST", path: "/v1/jobs", body: `{"origin_session":"s","kind":"work"}`, wantStatus: 400, wantCode: "invalid_argument", wantField: "work.type"},
 		{desc: "echo args wrong type", method: "POST", path: "/v1/jobs", body: `{"origin_session":"s","kind":"work","work":{"type":"echo","args":{"delay_ms":"soon"}}}`, wantStatus: 400, wantCode: "invalid_argument", wantField: "work.args.delay_ms"},
-		{desc: "echo args unknown", method: "POST", path: "/v1/jobs", body: `{"origin_session":"s","kind":"work","work":{"type":"echo","args":{"shout":true}}}`, wantStatus: 400, wantCode: "invalid_argument", wantField: "work.args"},
+		{desc: "echo args unknown", method: "POST", path: "/v1/jobs", body: `{"origin_session":"s","kind":"work","work":{"type":"echo","args":{"shout":true}}}`, wantStatus: 400, wantCode: "invalid_argument", wantField: "work.args.shout"},
+		{desc: "echo args not an object", method: "POST", path: "/v1/jobs", body: `{"origin_session":"s","kind":"work","work":{"type":"echo","args":[1]}}`, wantStatus: 400, wantCode: "invalid_argument", wantField: "work.args", wantMsg: "want a JSON object, got array"},
+		{desc: "echo args exponent", method: "POST", path: "/v1/jobs", body: `{"origin_session":"s","kind":"work","work":{"type":"echo","args":{"delay_ms":1e3}}}`, wantStatus: 400, wantCode: "invalid_argument", wantField: "work.args.delay_ms", wantMsg: "without a fraction or exponent"},
+		{desc: "echo args text a number", method: "POST", path: "/v1/jobs", body: `{"origin_session":"s","kind":"work","work":{"type":"echo","args":{"text":5}}}`, wantStatus: 400, wantCode: "invalid_argument", wantField: "work.args.text", wantMsg: "want a string, got number"},
+		{desc: "batch member args", method: "POST", path: "/v1/batches", body: `{"origin_session":"s","jobs":[{"kind":"work","work":{"type":"echo","args":{"fail":"yes"}}}]}`, wantStatus: 400, wantCode: "invalid_argument", wantField: "jobs[0].work.args.fail", wantMsg: "want true or false"},
+		{desc: "malformed query escape", method: "GET", path: "/v1/jobs?limit=%zz", wantStatus: 400, wantCode: "invalid_argument", wantMsg: "malformed query string"},
+		{desc: "query with semicolons", method: "GET", path: "/v1/jobs?status=queued;limit=1", wantStatus: 400, wantCode: "invalid_argument", wantMsg: "malformed query string"},
+		{desc: "malformed drain query", method: "POST", path: "/v1/sessions/s/drain?limit=%", wantStatus: 400, wantCode: "invalid_argument", wantMsg: "malformed query string"},
 		{desc: "echo negative delay", method: "POST", path: "/v1/jobs", body: `{"origin_session":"s","kind":"work","work":{"type":"echo","args":{"delay_ms":-1}}}`, wantStatus: 400, wantCode: "invalid_argument", wantField: "work.args.delay_ms"},
 		{desc: "malformed job id", method: "GET", path: "/v1/jobs/not-an-id", wantStatus: 400, wantCode: "invalid_argument", wantField: "id"},
 		{desc: "malformed job id on cancel", method: "POST", path: "/v1/jobs/bg-XYZ/cancel", wantStatus: 400, wantCode: "invalid_argument", wantField: "id"},
@@ -127,8 +135,13 @@ func TestBadInput(t *testing.T) {
 			require.True(t, ok, "an error body: %v", body)
 			require.Equal(t, tc.wantCode, e["code"])
 			require.NotEmpty(t, e["message"])
+			// The caller's words, never Go's: no decoder prefix, no type names.
+			require.NotRegexp(t, `json: |Go (struct|value)|[a-z]+\.[A-Z]\w+`, e["message"])
 			if tc.wantField != "" {
 				require.Equal(t, tc.wantField, e["field"], "%v", e["message"])
+			}
+			if tc.wantMsg != "" {
+				require.Contains(t, e["message"], tc.wantMsg)
 			}
 		})
 	}

@@ -97,7 +97,10 @@ func handleListJobs(m *tasks.Manager) echo.HandlerFunc {
 		if err != nil {
 			return err
 		}
-		q := c.QueryParams()
+		q, err := queryOf(c)
+		if err != nil {
+			return err
+		}
 		req := tasks.ListRequest{Agent: agent, Session: q.Get("session"), Status: q.Get("status"),
 			BatchID: q.Get("batch_id"), Cursor: q.Get("cursor")}
 		if s := q.Get("limit"); s != "" {

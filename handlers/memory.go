@@ -41,7 +41,10 @@ func handleRecall(mem Memory) echo.HandlerFunc {
 		if mem == nil {
 			return noMemory()
 		}
-		q := c.QueryParams()
+		q, err := queryOf(c)
+		if err != nil {
+			return err
+		}
 		req := search.RecallRequest{Agent: agent, Query: q.Get("q"), Session: q.Get("session"), SourceType: q.Get("source_type")}
 		if req.Session != "" {
 			if err := bgjobs.CheckSession("session", req.Session); err != nil {
@@ -123,15 +126,17 @@ func handleKnowledge(m *tasks.Manager, mem Memory) echo.HandlerFunc {
 				Description: bgjobs.CutRunes("Ingest "+b.URL, bgjobs.MaxDescriptionChars),
 				Work:        &bgjobs.WorkSpec{Type: "ingest", Args: mustJSON(map[string]string{"url": b.URL})}})
 			if err != nil {
-				if be, ok := err.(*bgjobs.Error); ok && be.Field == "work.args" {
+				if be, ok := err.(*bgjobs.Error); ok && strings.HasPrefix(be.Field, "work.args") {
 					be.Field = "url"
 				}
 				return err
 			}
 			return c.JSON(http.StatusAccepted, spawnResponse{ID: j.ID, Status: j.Status, BatchID: j.BatchID, Message: spawnMessage(j.ID)})
 		}
-		texts, single := b.Documents, len(b.Documents) == 0
+		texts, single := b.Documents, b.Documents == nil
 		switch {
+		case !single && len(texts) == 0:
+			return bgjobs.FieldError("documents", "is empty: give 1–%d texts", KnowledgeMaxDocuments)
 		case single && strings.TrimSpace(b.Text) == "":
 			return bgjobs.FieldError("text", "give text (or a url) to index")
 		case single:

@@ -2,6 +2,7 @@ package handlers
 
 import (
 	"log/slog"
+	"net"
 	"net/http"
 	"strings"
 
@@ -10,6 +11,7 @@ import (
 
 	"github.com/bgjobs/bgjobs"
 	"github.com/bgjobs/bgjobs/handlers/console"
+	"github.com/bgjobs/bgjobs/handlers/internal/errshape"
 	"github.com/bgjobs/bgjobs/handlers/openapi"
 	"github.com/bgjobs/bgjobs/tasks"
 	"github.com/bgjobs/bgjobs/web"
@@ -61,7 +63,7 @@ func addRoutes(e *echo.Echo, d Deps, auth *authenticator) {
 		e.GET("/metrics", echo.WrapHandler(d.Metrics))
 	}
 	if d.MCP != nil {
-		e.Match([]string{http.MethodGet, http.MethodPost, http.MethodDelete}, "/mcp", echo.WrapHandler(d.MCP), auth.middleware)
+		e.Match([]string{http.MethodGet, http.MethodPost, http.MethodDelete}, "/mcp", echo.WrapHandler(errshape.Plain(d.MCP)), auth.middleware)
 	}
 	e.GET("/readyz", handleReadyz(m))
 
@@ -114,6 +116,10 @@ func addRoutes(e *echo.Echo, d Deps, auth *authenticator) {
 	// Session ids may contain "/", so the action is the last path segment.
 	v1.POST("/sessions/*", handleSessionAction(m))
 }
+
+// WrapListener returns ln with net/http's own plain-text error answers (a
+// request it cannot parse) turned into the API's JSON shape.
+func WrapListener(ln net.Listener) net.Listener { return errshape.WrapListener(ln) }
 
 // under applies mw to the requests whose path is prefix or below it. Echo
 // builds server middleware around each request's handler, so mw is built

@@ -51,8 +51,12 @@ func handleDrain(m *tasks.Manager) func(echo.Context, string) error {
 		if len(idem) > 255 {
 			return bgjobs.FieldError("Idempotency-Key", "at most 255 characters")
 		}
+		q, err := queryOf(c)
+		if err != nil {
+			return err
+		}
 		limit := tasks.DrainPageDefault
-		if s := c.QueryParam("limit"); s != "" {
+		if s := q.Get("limit"); s != "" {
 			if limit, err = strconv.Atoi(s); err != nil {
 				return bgjobs.FieldError("limit", "not a number: %q", s)
 			}

@@ -40,7 +40,7 @@ func (m *Manager) PutAgent(ctx context.Context, a *bgjobs.Agent) error {
 		if u.url == "" {
 			continue
 		}
-		if err := netguard.CheckURL(u.url, m.agentAllow); err != nil {
+		if err := netguard.CheckURL(u.url, m.agentAllow, "BGJOBS_AGENT_ALLOW"); err != nil {
 			return bgjobs.FieldError(u.field, "%v", err)
 		}
 	}

@@ -220,6 +220,11 @@ func TestEventHubOrdersLateJoiners(t *testing.T) {
 	_, err = b.m.SubscribeEvents("alpha", map[string]string{"alpha": "0"})
 	require.Equal(t, bgjobs.ERateLimited, bgjobs.ErrorCode(err), "a third stream is past alpha's share")
 
+	for _, bad := range []string{"garbage", "1-", "-1", "1-2-3", "18446744073709551616-0", "+5", ""} {
+		_, err = b.m.SubscribeEvents("beta", map[string]string{"beta": bad})
+		require.Equal(t, bgjobs.EInvalid, bgjobs.ErrorCode(err), "%q would fail the read shared by every stream", bad)
+	}
+
 	require.Equal(t, ids[1], next(late).ID)
 	require.Equal(t, ids[2], next(late).ID)
 	b.spawn(t, echoSpawn("chat-hub", "live", 0, false))

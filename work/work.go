@@ -6,7 +6,6 @@
 package work
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -16,6 +15,7 @@ import (
 	"time"
 
 	"github.com/bgjobs/bgjobs"
+	"github.com/bgjobs/bgjobs/internal/jsonbody"
 )
 
 // Func runs one work job. args are the spawn request's work.args, already
@@ -150,22 +150,21 @@ const maxEchoDelay = time.Hour
 
 func decodeEchoArgs(raw json.RawMessage) (EchoArgs, error) {
 	var a EchoArgs
-	if len(bytes.TrimSpace(raw)) == 0 || string(bytes.TrimSpace(raw)) == "null" {
-		return a, nil
-	}
-	dec := json.NewDecoder(bytes.NewReader(raw))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&a); err != nil {
-		var te *json.UnmarshalTypeError
-		if errors.As(err, &te) {
-			return a, bgjobs.FieldError("work.args."+te.Field, "want %s, got %s", te.Type, te.Value)
-		}
-		return a, bgjobs.FieldError("work.args", "echo args: %v", err)
+	if err := DecodeArgs(raw, &a); err != nil {
+		return a, err
 	}
 	if _, err := bgjobs.Within("work.args.delay_ms", int64(a.DelayMS), time.Millisecond, maxEchoDelay); err != nil {
 		return a, err
 	}
 	return a, nil
+}
+
+// DecodeArgs reads a work job's args into v strictly, for a kind's Check
+// and Run: an unknown field, a wrong type or malformed JSON is a 400 that
+// names the field as the caller wrote it ("work.args.url") in JSON's words.
+// Missing or null args leave v as it is.
+func DecodeArgs(raw json.RawMessage, v any) error {
+	return jsonbody.DecodeAt("work.args", raw, v)
 }
 
 // Echo is the built-in smoke-test kind: it returns its text after an

@@ -38,7 +38,10 @@ func TestEchoChecksItsArgs(t *testing.T) {
 	require.NoError(t, check(json.RawMessage(`{"text":"hi","delay_ms":5,"fail":true}`)))
 	for raw, field := range map[string]string{
 		`{"text":1}`:           "work.args.text",
-		`{"shout":true}`:       "work.args",
+		`{"shout":true}`:       "work.args.shout",
+		`[1]`:                  "work.args",
+		`{"text":"a"} {}`:      "work.args",
+		`{"fail":`:             "work.args",
 		`{"delay_ms":-1}`:      "work.args.delay_ms",
 		`{"delay_ms":3600001}`: "work.args.delay_ms",
 	} {

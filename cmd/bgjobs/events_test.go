@@ -168,3 +168,41 @@ func TestProgressFromAStreamingAgent(t *testing.T) {
 	done := c.waitStatus(id, "completed")
 	require.Contains(t, done["result"], "Report on: walk the ledger")
 }
+
+// A Last-Event-ID that is no stream id is a 400 naming it. It used to be
+// accepted, and since every stream of a process shares one Redis read, the
+// read then failed for all of them: a client that sent "garbage" froze
+// every other client's events until it hung up.
+func TestABadLastEventIDStopsNoOtherStream(t *testing.T) {
+	t.Parallel()
+	base := startServe(t, map[string]string{"BGJOBS_AUTO_RESUME": "false"})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	live := sseRead(t, ctx, base, "")
+
+	for _, try := range []struct{ header, query, field string }{
+		{header: "garbage", field: "Last-Event-ID"},
+		{header: "1-x", field: "Last-Event-ID"},
+		{query: "nope", field: "last_event_id"},
+	} {
+		req, err := http.NewRequestWithContext(ctx, "GET", base+"/v1/events?last_event_id="+try.query, nil)
+		require.NoError(t, err)
+		if try.header != "" {
+			req.Header.Set("Last-Event-ID", try.header)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		require.NoError(t, err)
+		var body struct{ Error struct{ Code, Field string } }
+		require.NoError(t, json.NewDecoder(resp.Body).Decode(&body))
+		resp.Body.Close()
+		require.Equal(t, http.StatusBadRequest, resp.StatusCode)
+		require.Equal(t, "invalid_argument", body.Error.Code)
+		require.Equal(t, try.field, body.Error.Field)
+	}
+
+	c := client{t: t, base: base}
+	_, j := c.do("POST", "/v1/jobs", echoJob("chat-bad-id", "still flowing", false))
+	got := collect(t, live, 3)
+	require.Equal(t, j["id"], got[2].Data["job_id"])
+	require.Equal(t, "background.completed", got[2].Type)
+}

@@ -213,3 +213,54 @@ func TestMCPTools(t *testing.T) {
 		return strings.Contains(string(b), id)
 	})
 }
+
+// The MCP transport's own refusals (the SDK writes them as plain text) reach
+// the caller in the API's JSON error shape with their status, and a real
+// client still completes a call through the same endpoint.
+func TestMCPTransportErrorsAreJSON(t *testing.T) {
+	t.Parallel()
+	base := startServe(t, map[string]string{"BGJOBS_AUTO_RESUME": "false"})
+	both := "application/json, text/event-stream"
+	for _, try := range []struct {
+		desc, method, host, contentType, accept, session, body string
+		status                                                 int
+		code                                                   string
+	}{
+		{desc: "malformed JSON-RPC", method: "POST", contentType: "application/json", accept: both, body: "{bad", status: 400, code: "invalid_argument"},
+		{desc: "not JSON", method: "POST", contentType: "text/plain", accept: both, body: "{}", status: 415, code: "unsupported_media_type"},
+		{desc: "unknown session", method: "POST", contentType: "application/json", accept: both, session: "nope",
+			body: `{"jsonrpc":"2.0","id":1,"method":"tools/list"}`, status: 404, code: "not_found"},
+		{desc: "GET without a session", method: "GET", accept: "text/event-stream", status: 400, code: "invalid_argument"},
+		{desc: "a foreign Host on loopback (DNS rebinding)", method: "POST", host: "rebind.example", contentType: "application/json", accept: both,
+			body: `{"jsonrpc":"2.0","id":1,"method":"tools/list"}`, status: 403, code: "forbidden"},
+	} {
+		req, err := http.NewRequest(try.method, base+"/mcp", strings.NewReader(try.body))
+		require.NoError(t, err)
+		if try.host != "" {
+			req.Host = try.host // the connection still goes to loopback
+		}
+		for k, v := range map[string]string{"Content-Type": try.contentType, "Accept": try.accept, "Mcp-Session-Id": try.session} {
+			if v != "" {
+				req.Header.Set(k, v)
+			}
+		}
+		resp, err := http.DefaultClient.Do(req)
+		require.NoError(t, err, try.desc)
+		var body struct {
+			Error struct{ Code, Message string }
+		}
+		decodeErr := json.NewDecoder(resp.Body).Decode(&body)
+		resp.Body.Close()
+		require.Equal(t, try.status, resp.StatusCode, try.desc)
+		require.Equal(t, "application/json", resp.Header.Get("Content-Type"), try.desc)
+		require.NoError(t, decodeErr, try.desc)
+		require.Equal(t, try.code, body.Error.Code, try.desc)
+		require.NotEmpty(t, body.Error.Message, try.desc)
+	}
+
+	s := mcpSession(t, base, "")
+	text, isErr := callText(t, s, "spawn_background", map[string]any{"origin_session": "chat-mcp-json", "kind": "work",
+		"work": map[string]any{"type": "echo", "args": map[string]any{"text": "through"}}, "wait_ms": 5000})
+	require.False(t, isErr, text)
+	require.Contains(t, text, "through")
+}

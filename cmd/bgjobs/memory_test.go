@@ -146,7 +146,7 @@ func TestDelegateDeliversTheReplyWhole(t *testing.T) {
 
 // A URL becomes an ingest job: fetched (a trusted loopback host through the
 // allow-list), turned into text and indexed as "ingest", trust tier 3. A
-// loopback URL that is not allowed fails the job and reaches nothing.
+// loopback URL that is not allowed reaches nothing.
 func TestKnowledgeFromAURL(t *testing.T) {
 	t.Parallel()
 	page := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -173,7 +173,14 @@ func TestKnowledgeFromAURL(t *testing.T) {
 	require.Equal(t, "Axolotl care", h["heading"])
 	require.Empty(t, recall(c, "alert")["hits"], "script text is not indexed")
 
-	_, bad := c.do("POST", "/v1/knowledge", map[string]any{"session": "chat-k", "url": canary.URL + "/secret"})
+	// A literal internal address is refused at once; a name that resolves
+	// to one fails its job at the dial. Neither reaches the canary.
+	code, bad := c.do("POST", "/v1/knowledge", map[string]any{"session": "chat-k", "url": canary.URL + "/secret"})
+	require.Equal(t, http.StatusBadRequest, code, "%v", bad)
+	require.Equal(t, "url", bad["error"].(map[string]any)["field"])
+	require.Contains(t, bad["error"].(map[string]any)["message"], "BGJOBS_FETCH_ALLOW")
+	code, bad = c.do("POST", "/v1/knowledge", map[string]any{"session": "chat-k", "url": strings.Replace(canary.URL, "127.0.0.1", "localhost", 1) + "/secret"})
+	require.Equal(t, http.StatusAccepted, code, "%v", bad)
 	failed := c.waitStatus(bad["id"].(string), "failed")
 	require.Contains(t, failed["error"], "not allowed")
 	require.Zero(t, canaryHits.Load())

@@ -82,7 +82,7 @@ func Document() map[string]any {
 	spawn["required"] = []string{"origin_session"}
 	schemas := obj{
 		"Error": object(obj{"error": object(obj{"code": obj{"type": "string", "enum": []string{
-			"invalid_argument", "unauthenticated", "not_found", "method_not_allowed", "conflict", "too_large", "rate_limited", "unavailable", "internal"}},
+			"invalid_argument", "unauthenticated", "not_found", "method_not_allowed", "forbidden", "conflict", "unsupported_media_type", "too_large", "rate_limited", "unavailable", "internal"}},
 			"message": str(), "field": str()})}),
 		"Agent": object(obj{"name": str(), "a2a_url": str(), "resume": obj{"type": "string", "enum": []string{"a2a", "webhook", "none"}},
 			"webhook_url": str(), "webhook_secret": str(), "auto_resume": boolean(),

@@ -125,8 +125,9 @@ func (a Allow) Has(host, port string) bool {
 
 // CheckURL refuses, without any lookup, an http(s) URL whose host is a
 // literal address in forbidden space and is not allow-listed: what can be
-// told at configuration time. Names are judged at every dial.
-func CheckURL(raw string, allow Allow) error {
+// told at configuration time. Names are judged at every dial. setting names
+// the variable whose list allow is, for the refusal's message.
+func CheckURL(raw string, allow Allow, setting string) error {
 	u, err := url.Parse(raw)
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 		return errors.New("want an http:// or https:// URL")
@@ -136,7 +137,7 @@ func CheckURL(raw string, allow Allow) error {
 		port = map[string]string{"http": "80", "https": "443"}[u.Scheme]
 	}
 	if ip, ok := LiteralIP(u.Hostname()); ok && Forbidden(ip) && !allow.Has(u.Hostname(), port) {
-		return fmt.Errorf("%w: %s is internal; an operator may allow it with BGJOBS_AGENT_ALLOW", ErrForbiddenAddress, u.Hostname())
+		return fmt.Errorf("%w: %s is internal; an operator may allow it with %s", ErrForbiddenAddress, u.Hostname(), setting)
 	}
 	return nil
 }

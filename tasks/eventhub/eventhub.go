@@ -126,6 +126,14 @@ func (h *Hub) Subscribe(owner string, after map[string]string) (*Subscription, e
 	if h.total >= h.maximum {
 		return nil, bgjobs.Errorf(bgjobs.ERateLimited, "this server holds its most event streams (%d); retry later", h.maximum)
 	}
+	// Every subscriber's point goes into the one read the hub makes for
+	// all: an id Redis refuses would fail that read for every stream of
+	// the process, so it never gets that far.
+	for _, id := range after {
+		if !ValidID(id) {
+			return nil, bgjobs.FieldError("Last-Event-ID", "not an event id this API sent: %q", bgjobs.CutRunes(id, 64))
+		}
+	}
 	c := make(chan bgjobs.StreamEvent, subscriptionBuffer)
 	s := &Subscription{C: c, c: c, h: h, owner: owner, last: map[string]string{}, joined: h.epoch}
 	for a, id := range after {
@@ -224,6 +232,21 @@ func (h *Hub) loop(ctx context.Context) {
 		}
 		h.mu.Unlock()
 	}
+}
+
+// ValidID reports whether id is a point the hub can read after: "$" (from
+// now), or a stream id, "ms" or "ms-seq" in decimal, each within 64 bits.
+func ValidID(id string) bool {
+	if id == "$" {
+		return true
+	}
+	l, r, dash := strings.Cut(id, "-")
+	return decimal64(l) && (!dash || decimal64(r))
+}
+
+func decimal64(s string) bool {
+	_, err := strconv.ParseUint(s, 10, 64)
+	return err == nil
 }
 
 // idLess compares stream ids ("ms-seq"); "$" and "" sort first, as no
