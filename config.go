@@ -82,6 +82,14 @@ type Config struct {
 	// WorkConcurrency is how many work jobs one process runs at once.
 	// Defaults to WorkConcurrencyDefault.
 	WorkConcurrency int
+	// WorkShare (BGJOBS_WORK_SHARE) is the most of a process's
+	// WorkConcurrency slots one agent's work jobs hold at once while the
+	// namespace has other agents, so one tenant's long work (a delegate
+	// to an agent that never answers) cannot hold every slot; its jobs
+	// past the share wait queued. A lone agent uses every slot. Defaults
+	// to half the slots, rounded up; set it to WorkConcurrency to turn the
+	// share off.
+	WorkShare int
 	// NoAutoResume turns push-resume off for every agent
 	// (BGJOBS_AUTO_RESUME=false). The zero value resumes.
 	NoAutoResume bool
@@ -215,6 +223,7 @@ func (c Config) WithDefaults() Config {
 	c.TurnConcurrency = cmp.Or(c.TurnConcurrency, TurnConcurrencyDefault)
 	c.WorkConcurrency = cmp.Or(c.WorkConcurrency, WorkConcurrencyDefault)
 	c.TurnShare = min(c.TurnConcurrency, cmp.Or(c.TurnShare, (c.TurnConcurrency+1)/2))
+	c.WorkShare = min(c.WorkConcurrency, cmp.Or(c.WorkShare, (c.WorkConcurrency+1)/2))
 	c.BatchJoinTimeout = cmp.Or(c.BatchJoinTimeout, BatchJoinTimeoutDefault)
 	c.SummaryChars = cmp.Or(c.SummaryChars, SummaryCharsDefault)
 	c.RunTimeout = cmp.Or(c.RunTimeout, RunTimeoutDefault)
@@ -256,6 +265,9 @@ func (c Config) Validate() error {
 	}
 	if c.WorkConcurrency < 1 {
 		return FieldError("BGJOBS_WORK_CONCURRENCY", "must be at least 1")
+	}
+	if c.WorkShare < 1 {
+		return FieldError("BGJOBS_WORK_SHARE", "must be at least 1")
 	}
 	if c.SummaryChars < 100 {
 		return FieldError("BGJOBS_SUMMARY_CHARS", "must be at least 100")
@@ -326,6 +338,7 @@ func Load(getenv func(string) string) (Config, error) {
 	}{
 		{"BGJOBS_TURN_CONCURRENCY", &c.TurnConcurrency},
 		{"BGJOBS_TURN_SHARE", &c.TurnShare},
+		{"BGJOBS_WORK_SHARE", &c.WorkShare},
 		{"BGJOBS_WORK_CONCURRENCY", &c.WorkConcurrency},
 		{"BGJOBS_SUMMARY_CHARS", &c.SummaryChars},
 		{"BGJOBS_MAX_FETCH_LOOPS", &c.MaxFetchLoops},

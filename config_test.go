@@ -17,6 +17,7 @@ func TestWithDefaultsAppliesEveryDefault(t *testing.T) {
 	want := bgjobs.Config{
 		Addr: bgjobs.AddrDefault, DataDir: bgjobs.DataDirDefault,
 		TurnConcurrency: bgjobs.TurnConcurrencyDefault, TurnShare: (bgjobs.TurnConcurrencyDefault + 1) / 2, WorkConcurrency: bgjobs.WorkConcurrencyDefault,
+		WorkShare:        (bgjobs.WorkConcurrencyDefault + 1) / 2,
 		BatchJoinTimeout: bgjobs.BatchJoinTimeoutDefault, SummaryChars: bgjobs.SummaryCharsDefault,
 		RunTimeout: bgjobs.RunTimeoutDefault, ResumeCoalesce: bgjobs.ResumeCoalesceDefault,
 		Retention: bgjobs.RetentionDefault, ReconcileInterval: bgjobs.ReconcileIntervalDefault,
@@ -100,6 +101,7 @@ func TestValidateNamesTheField(t *testing.T) {
 		{"address", func(c *bgjobs.Config) { c.Addr = "nowhere" }, "BGJOBS_ADDR"},
 		{"turn concurrency", func(c *bgjobs.Config) { c.TurnConcurrency = -1 }, "BGJOBS_TURN_CONCURRENCY"},
 		{"turn share", func(c *bgjobs.Config) { c.TurnShare = -1 }, "BGJOBS_TURN_SHARE"},
+		{"work share", func(c *bgjobs.Config) { c.WorkShare = -1 }, "BGJOBS_WORK_SHARE"},
 		{"summary", func(c *bgjobs.Config) { c.SummaryChars = 10 }, "BGJOBS_SUMMARY_CHARS"},
 		{"retention", func(c *bgjobs.Config) { c.Retention = time.Minute }, "BGJOBS_RETENTION"},
 		{"fetch loops", func(c *bgjobs.Config) { c.MaxFetchLoops = -2 }, "BGJOBS_MAX_FETCH_LOOPS"},

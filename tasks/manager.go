@@ -36,6 +36,7 @@ import (
 	"github.com/bgjobs/bgjobs/tasks/internal/registry/tenants"
 	"github.com/bgjobs/bgjobs/tasks/internal/registry/turncap"
 	"github.com/bgjobs/bgjobs/tasks/internal/registry/wake"
+	"github.com/bgjobs/bgjobs/tasks/internal/workshare"
 	"github.com/bgjobs/bgjobs/work"
 )
 
@@ -77,6 +78,7 @@ type Manager struct {
 	agentAllow netguard.Allow
 	turns      bgjobs.TurnRunner
 	turnCap    *turncap.Cap
+	workShare  *workshare.Slots
 	stragglers *stragglers.Set
 	now        func() time.Time
 	log        *slog.Logger
@@ -102,6 +104,7 @@ func NewManager(rdb redis.UniversalClient, cfg bgjobs.Config, d Deps) *Manager {
 	store := registry.New(rdb, w, cfg.Namespace, cfg.Retention)
 	streams := feeds.New(rdb, w, store.Keys())
 	agents := tenants.New(rdb, store.Keys())
+	lone := agents.Lone(d.Now)
 	strag := stragglers.New(w, store.Keys())
 	eng := engine.New(asynq.NewClientFromRedisClient(w.AsynqClient()), asynq.NewInspectorFromRedisClient(rdb), cfg.Namespace, cfg.RunTimeout, cfg.ResumeRetries)
 	follow := followup.New(followup.Config{NoAutoResume: cfg.NoAutoResume, ResumeCoalesce: cfg.ResumeCoalesce, ResumeCoalesceMax: cfg.ResumeCoalesceMax,
@@ -117,7 +120,8 @@ func NewManager(rdb redis.UniversalClient, cfg bgjobs.Config, d Deps) *Manager {
 			Interval: cfg.ReconcileInterval, BatchJoinTimeout: cfg.BatchJoinTimeout, Now: d.Now, Log: d.Logger}),
 		kinds: d.Kinds, agentAllow: netguard.NewAllow(cfg.AgentAllow), turns: d.Turns, now: d.Now, log: d.Logger,
 		stragglers: strag, idem: idem.New(rdb, store.Keys(), store.Lookup),
-		turnCap: turncap.New(rdb, store.Keys(), cfg.TurnConcurrency, cfg.TurnShare, cfg.PollInterval, d.Now, d.Logger),
+		turnCap:   turncap.New(rdb, store.Keys(), cfg.TurnConcurrency, cfg.TurnShare, cfg.PollInterval, lone.Is, d.Now, d.Logger),
+		workShare: workshare.New(cfg.WorkConcurrency, cfg.WorkShare, lone.Is),
 	}
 }
 

@@ -553,6 +553,69 @@ func TestTurnShareLeavesRoomForOthers(t *testing.T) {
 	})
 }
 
+// The same for a process's work slots: one tenant's long work jobs hold
+// its share of them, and another agent's work runs at once beside them; a
+// lone agent uses every slot.
+func TestWorkShareLeavesRoomForOthers(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	statuses := func(b *testBundle, agent string, ids []string) map[bgjobs.Status]int {
+		c := map[bgjobs.Status]int{}
+		for _, id := range ids {
+			j, err := b.m.Get(ctx, agent, id)
+			require.NoError(t, err)
+			c[j.Status]++
+		}
+		return c
+	}
+	spawnEchoes := func(b *testBundle, agent string, n, delayMS int) []string {
+		var ids []string
+		for i := range n {
+			req := echoSpawn("chat-1", fmt.Sprint(i), delayMS, false)
+			req.Agent = agent
+			ids = append(ids, b.spawn(t, req).ID)
+		}
+		return ids
+	}
+	const long = 10 * 60 * 1000 // ms: the hog's jobs outlast the test
+	withSlots := func(c *bgjobs.Config, _ *Deps) { c.WorkConcurrency = 4 }
+
+	t.Run("lone agent", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, withSlots)
+		b.startWorker(t)
+		require.NoError(t, b.m.PutAgent(ctx, &bgjobs.Agent{Name: "hog"}))
+		ids := spawnEchoes(b, "hog", 5, long)
+		testenv.Eventually(t, 30*time.Second, "every slot in use", func() bool { return statuses(b, "hog", ids)[bgjobs.StatusRunning] == 4 })
+	})
+
+	t.Run("two tenants", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, withSlots)
+		b.startWorker(t)
+		require.NoError(t, b.m.PutAgent(ctx, &bgjobs.Agent{Name: "hog"}))
+		require.NoError(t, b.m.PutAgent(ctx, &bgjobs.Agent{Name: "good"}))
+		hog := spawnEchoes(b, "hog", 6, long)
+		testenv.Eventually(t, 30*time.Second, "the hog holds its share", func() bool { return statuses(b, "hog", hog)[bgjobs.StatusRunning] == 2 })
+
+		good := spawnEchoes(b, "good", 3, 0)
+		testenv.Eventually(t, 30*time.Second, "the good agent's work completed", func() bool { return statuses(b, "good", good)[bgjobs.StatusCompleted] == 3 })
+		for _, id := range good {
+			j, err := b.m.Get(ctx, "good", id)
+			require.NoError(t, err)
+			require.EqualValues(t, 1, j.Attempts)
+		}
+		// The hog's other jobs went back to the queue, not to a slot, and
+		// were not charged an attempt for it.
+		require.Equal(t, map[bgjobs.Status]int{bgjobs.StatusRunning: 2, bgjobs.StatusQueued: 4}, statuses(b, "hog", hog))
+		for _, id := range hog {
+			j, err := b.m.Get(ctx, "hog", id)
+			require.NoError(t, err)
+			require.LessOrEqual(t, j.Attempts, 1)
+		}
+	})
+}
+
 func TestListNewestFirstWithCursor(t *testing.T) {
 	t.Parallel()
 	b := setup(t)

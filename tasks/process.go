@@ -31,15 +31,18 @@ func (m *Manager) ProcessTask(ctx context.Context, t *asynq.Task) error {
 		return fmt.Errorf("%w: payload: %v", asynq.SkipRetry, err)
 	}
 	tag := bgjobs.Tag(p.Agent, p.Session)
+	// Take a slot first, so a job past the turn cap (or its agent's share
+	// of it, or of this process's work slots) stays queued.
+	var release func()
 	if t.Type() == engine.TypeTurn {
-		// Take a slot first, so a job past the cap (or its agent's
-		// share of it) stays queued.
-		release, err := m.turnCap.Wait(ctx, p.Agent, id)
-		if err != nil {
-			return m.stoppedBeforeStart(ctx, tag, id, err)
-		}
-		defer release()
+		release, err = m.turnCap.Wait(ctx, p.Agent, id)
+	} else {
+		release, err = m.workShare.Take(ctx, p.Agent)
 	}
+	if err != nil {
+		return m.stoppedBeforeStart(ctx, tag, id, err)
+	}
+	defer release()
 	st, err := m.store.Start(ctx, tag, id, m.now())
 	switch {
 	case errors.Is(err, registry.ErrEnded):
@@ -96,7 +99,7 @@ func (m *Manager) ProcessTask(ctx context.Context, t *asynq.Task) error {
 	return err
 }
 
-// stoppedBeforeStart handles a turn that never got a slot: if the row ended
+// stoppedBeforeStart handles a job that never got a slot: if the row ended
 // meanwhile (cancelled while queued) the task is done, otherwise asynq tries
 // again later.
 func (m *Manager) stoppedBeforeStart(ctx context.Context, tag, id string, err error) error {

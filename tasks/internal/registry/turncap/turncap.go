@@ -21,10 +21,6 @@ import (
 // frees its slot within this time.
 const lease = 30 * time.Second
 
-// loneCheck is how long the answer to "is this the namespace's only
-// agent?" is kept: agents are registered seldom, and a turn asks often.
-const loneCheck = 5 * time.Second
-
 // ErrShareFull sends a turn back to its queue without counting it as a
 // failure: its agent holds its share of the cap. Waiting in the worker
 // would hold one of the few turn workers, and the other agents' turns
@@ -38,18 +34,16 @@ type Cap struct {
 	k            registry.Keys
 	limit, share int
 	poll         time.Duration
+	lone         func(context.Context) bool
 	now          func() time.Time
 	log          *slog.Logger
-
-	mu        sync.Mutex
-	loneUntil time.Time
-	lone      bool
 }
 
-// New returns a Cap of limit slots with share per agent; a turn waiting
-// for a slot under the cap looks again after poll, backing off to 1 s.
-func New(rdb redis.UniversalClient, k registry.Keys, limit, share int, poll time.Duration, now func() time.Time, log *slog.Logger) *Cap {
-	return &Cap{rdb: rdb, k: k, limit: limit, share: share, poll: poll, now: now, log: log}
+// New returns a Cap of limit slots with share per agent (the whole cap
+// while lone says the namespace has one agent); a turn waiting for a slot
+// under the cap looks again after poll, backing off to 1 s.
+func New(rdb redis.UniversalClient, k registry.Keys, limit, share int, poll time.Duration, lone func(context.Context) bool, now func() time.Time, log *slog.Logger) *Cap {
+	return &Cap{rdb: rdb, k: k, limit: limit, share: share, poll: poll, lone: lone, now: now, log: log}
 }
 
 // Answers of acquire.
@@ -116,19 +110,7 @@ func (c *Cap) Wait(ctx context.Context, agent, id string) (func(), error) {
 // shareOf is an agent's share: the whole cap when it is the namespace's
 // only agent (nobody to starve), else the configured share.
 func (c *Cap) shareOf(ctx context.Context) int {
-	if c.share >= c.limit {
-		return c.limit
-	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.now().After(c.loneUntil) {
-		n, err := c.rdb.SCard(ctx, c.k.Agents()).Result()
-		if err == nil {
-			c.lone = n <= 1
-			c.loneUntil = c.now().Add(loneCheck)
-		}
-	}
-	if c.lone {
+	if c.share >= c.limit || c.lone(ctx) {
 		return c.limit
 	}
 	return c.share

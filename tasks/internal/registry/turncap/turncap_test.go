@@ -20,7 +20,7 @@ func TestCapAndShare(t *testing.T) {
 	env := testenv.New(t)
 	ctx := context.Background()
 	now := time.UnixMilli(1_800_000_000_000)
-	c := New(env.RDB, registry.Keys{NS: env.Namespace}, 2, 1, time.Millisecond, func() time.Time { return now }, slog.New(slog.DiscardHandler))
+	c := New(env.RDB, registry.Keys{NS: env.Namespace}, 2, 1, time.Millisecond, func(context.Context) bool { return false }, func() time.Time { return now }, slog.New(slog.DiscardHandler))
 	acquire := func(agent, id string, at time.Time, share int) int {
 		t.Helper()
 		now = at
@@ -52,19 +52,13 @@ func TestCapAndShare(t *testing.T) {
 	require.Equal(t, held, acquire("alpha", "d", now, 1), "a released slot is free")
 }
 
-// A lone agent's share is the whole cap; with a second agent registered
-// (seen within loneCheck) it is the configured share.
+// A lone agent's share is the whole cap; with others it is the configured
+// share (tenants.Lone says which, TestLone there).
 func TestShareOfALoneAgent(t *testing.T) {
 	t.Parallel()
-	env := testenv.New(t)
-	ctx := context.Background()
-	now := time.Now()
-	k := registry.Keys{NS: env.Namespace}
-	c := New(env.RDB, k, 3, 2, time.Millisecond, func() time.Time { return now }, slog.New(slog.DiscardHandler))
-	require.NoError(t, env.RDB.SAdd(ctx, k.Agents(), "alpha").Err())
-	require.Equal(t, 3, c.shareOf(ctx))
-	require.NoError(t, env.RDB.SAdd(ctx, k.Agents(), "beta").Err())
-	require.Equal(t, 3, c.shareOf(ctx), "the count is kept a moment")
-	now = now.Add(loneCheck + time.Millisecond)
-	require.Equal(t, 2, c.shareOf(ctx))
+	lone := true
+	c := New(nil, registry.Keys{}, 3, 2, time.Millisecond, func(context.Context) bool { return lone }, time.Now, slog.New(slog.DiscardHandler))
+	require.Equal(t, 3, c.shareOf(context.Background()))
+	lone = false
+	require.Equal(t, 2, c.shareOf(context.Background()))
 }

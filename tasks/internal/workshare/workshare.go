@@ -1,0 +1,63 @@
+// Package workshare holds each agent to its share of this process's work
+// slots (BGJOBS_WORK_SHARE of BGJOBS_WORK_CONCURRENCY), so one tenant's long
+// work jobs (a delegate to an agent that never answers, an hour-long echo)
+// cannot hold every slot while other tenants' work waits queued behind them.
+//
+// The slots are the process's own (asynq runs that many work tasks at
+// once), so they are counted here, in memory: no Redis round trip for a
+// job, and a process that dies frees its count with it.
+package workshare
+
+import (
+	"context"
+	"fmt"
+	"sync"
+
+	"github.com/bgjobs/bgjobs/tasks/internal/engine"
+)
+
+// ErrShareFull sends a work task back to its queue without counting it as
+// a failure, to be looked at again in a second: its agent holds its share
+// of this process's slots. Meanwhile the freed worker fetches the next
+// task, which may be another agent's.
+var ErrShareFull = fmt.Errorf("%w: the agent holds its share of this process's work slots", engine.ErrLater)
+
+// Slots counts the work jobs each agent runs on this process.
+type Slots struct {
+	limit, share int
+	lone         func(context.Context) bool
+
+	mu   sync.Mutex
+	held map[string]int
+}
+
+// New returns the counter of a process with limit work slots, share of
+// them per agent; lone says the namespace has one agent, who may then use
+// every slot.
+func New(limit, share int, lone func(context.Context) bool) *Slots {
+	return &Slots{limit: limit, share: min(share, limit), lone: lone, held: map[string]int{}}
+}
+
+// Take counts a work job of agent as running and returns the function that
+// uncounts it; ErrShareFull when the agent already runs its share and the
+// namespace has other agents.
+func (s *Slots) Take(ctx context.Context, agent string) (func(), error) {
+	s.mu.Lock()
+	over := s.held[agent] >= s.share
+	s.mu.Unlock()
+	// Whether the agent is alone is asked only past its share, so a
+	// process under its share never waits on Redis for it.
+	if over && s.share < s.limit && !s.lone(ctx) {
+		return nil, ErrShareFull
+	}
+	s.mu.Lock()
+	s.held[agent]++
+	s.mu.Unlock()
+	return func() {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		if s.held[agent]--; s.held[agent] <= 0 {
+			delete(s.held, agent)
+		}
+	}, nil
+}

@@ -1,0 +1,45 @@
+package workshare
+
+import (
+	"context"
+	"errors"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/bgjobs/bgjobs/tasks/internal/engine"
+)
+
+// An agent past its share is sent back (as ErrLater, not a failure) while
+// others take the free slots; a release frees its count; a lone agent, or a
+// share as large as the slots, is never held back.
+func TestSlots(t *testing.T) {
+	ctx := context.Background()
+	lone, asked := false, 0
+	s := New(4, 2, func(context.Context) bool { asked++; return lone })
+	a1, err := s.Take(ctx, "a")
+	require.NoError(t, err)
+	_, err = s.Take(ctx, "a")
+	require.NoError(t, err)
+	require.Zero(t, asked, "under its share nobody asks Redis")
+	_, err = s.Take(ctx, "a")
+	require.ErrorIs(t, err, ErrShareFull)
+	require.True(t, errors.Is(err, engine.ErrLater), "sent back, not failed")
+	_, err = s.Take(ctx, "ab")
+	require.NoError(t, err, "another agent takes a free slot")
+	a1()
+	_, err = s.Take(ctx, "a")
+	require.NoError(t, err, "a released slot counts no more")
+
+	lone = true
+	_, err = s.Take(ctx, "a")
+	require.NoError(t, err, "a lone agent may pass its share")
+
+	lone, asked = false, 0
+	all := New(2, 5, func(context.Context) bool { asked++; return false })
+	for range 3 {
+		_, err := all.Take(ctx, "a")
+		require.NoError(t, err)
+	}
+	require.Zero(t, asked, "a share as large as the slots is no share")
+}
