@@ -5,6 +5,7 @@ import (
 	"net/url"
 	"strings"
 	"time"
+	"unicode"
 
 	"github.com/labstack/echo/v4"
 
@@ -59,7 +60,7 @@ func (a *authenticator) pageAuth(next echo.HandlerFunc) echo.HandlerFunc {
 
 func handleLoginPage() echo.HandlerFunc {
 	return func(c echo.Context) error {
-		return console.Render(c, "login", console.Page{Title: "Sign in", Next: c.QueryParam("next")})
+		return console.Render(c, "login", console.Page{Title: "Sign in", Next: localPath(c.QueryParam("next"))})
 	}
 }
 
@@ -72,15 +73,11 @@ func handleLogin(a *authenticator) echo.HandlerFunc {
 		}
 		if !ok {
 			c.Response().WriteHeader(http.StatusUnauthorized)
-			return web.Render(c.Response(), "login", console.Page{Title: "Sign in", Error: "Unknown key.", Next: c.QueryParam("next")})
+			return web.Render(c.Response(), "login", console.Page{Title: "Sign in", Error: "Unknown key.", Next: localPath(c.QueryParam("next"))})
 		}
 		c.SetCookie(&http.Cookie{Name: keyCookie, Value: key, Path: "/", HttpOnly: true, SameSite: http.SameSiteStrictMode,
 			Secure: c.Scheme() == "https", MaxAge: int((7 * 24 * time.Hour).Seconds())})
-		next := c.QueryParam("next")
-		if !strings.HasPrefix(next, "/") || strings.HasPrefix(next, "//") {
-			next = "/"
-		}
-		return c.Redirect(http.StatusSeeOther, next)
+		return c.Redirect(http.StatusSeeOther, localPath(c.QueryParam("next")))
 	}
 }
 
@@ -89,4 +86,20 @@ func handleLogout() echo.HandlerFunc {
 		c.SetCookie(&http.Cookie{Name: keyCookie, Value: "", Path: "/", HttpOnly: true, SameSite: http.SameSiteStrictMode, MaxAge: -1})
 		return c.Redirect(http.StatusSeeOther, "/login")
 	}
+}
+
+// localPath returns next when it is a path on this server, else "/": where
+// sign-in sends the browser must never be another site. Browsers read
+// "/\evil.example" and "/<tab>/evil.example" as "//evil.example", another
+// host, so a backslash or a control character anywhere refuses next, as
+// does anything with a scheme or a host.
+func localPath(next string) string {
+	if !strings.HasPrefix(next, "/") || strings.HasPrefix(next, "//") || strings.ContainsRune(next, '\\') ||
+		strings.ContainsFunc(next, unicode.IsControl) {
+		return "/"
+	}
+	if u, err := url.Parse(next); err != nil || u.Scheme != "" || u.Host != "" || u.User != nil {
+		return "/"
+	}
+	return next
 }

@@ -93,3 +93,25 @@ func TestAPIReferenceNamesEveryPath(t *testing.T) {
 	sort.Strings(missing)
 	require.Empty(t, missing, "paths in /openapi.json that docs/api.md does not name")
 }
+
+// Sign-in sends the browser back where it came from, on this server only:
+// every spelling a browser would read as another host goes to "/".
+func TestLocalPath(t *testing.T) {
+	for next, want := range map[string]string{
+		"/jobs/bg-0123456789ab": "/jobs/bg-0123456789ab",
+		"/monitoring/":          "/monitoring/",
+		"/?agent=alpha&q=fuel":  "/?agent=alpha&q=fuel",
+		"":                      "/",
+		"jobs":                  "/",
+		"//evil.example/x":      "/",
+		"/\\evil.example":       "/",
+		"/\t/evil.example":      "/",
+		"/\n/evil.example":      "/",
+		"https://evil.example/": "/",
+		"/%5Cevil.example":      "/%5Cevil.example", // a path segment, not a host: the browser keeps it escaped
+		"\\\\evil.example":      "/",
+		"javascript:alert(1)":   "/",
+	} {
+		require.Equal(t, want, localPath(next), "%q", next)
+	}
+}

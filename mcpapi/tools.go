@@ -144,7 +144,7 @@ type AckOutput struct {
 type RecallInput struct {
 	Query      string `json:"query" jsonschema:"words and \"quoted phrases\" to search for"`
 	Session    string `json:"session,omitempty" jsonschema:"only this session's documents"`
-	SourceType string `json:"source_type,omitempty" jsonschema:"background_report or ingest"`
+	SourceType string `json:"source_type,omitempty" jsonschema:"background_report, ingest or knowledge"`
 	Limit      int    `json:"limit,omitempty" jsonschema:"at most this many hits (default 10, at most 100)"`
 }
 

@@ -288,6 +288,12 @@ func (x *Index) Recall(ctx context.Context, r RecallRequest) (*RecallResult, err
 	if r.Limit < 1 || r.Limit > RecallLimitMax {
 		return nil, bgjobs.FieldError("limit", "between 1 and %d", RecallLimitMax)
 	}
+	switch r.SourceType {
+	case "", SourceReport, SourceIngest, SourceNote:
+	default:
+		// A misspelt filter would otherwise find nothing, silently.
+		return nil, bgjobs.FieldError("source_type", "want %s, %s or %s, got %q", SourceReport, SourceIngest, SourceNote, bgjobs.CutRunes(r.SourceType, 64))
+	}
 	terms, err := parseQuery(r.Query)
 	if err != nil {
 		return nil, err

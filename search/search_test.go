@@ -74,6 +74,15 @@ func TestRecallWordsAndPhrases(t *testing.T) {
 	}
 	_, err = x.Recall(ctx, RecallRequest{Agent: "alpha", Query: "fox", Limit: 101})
 	require.Equal(t, bgjobs.EInvalid, bgjobs.ErrorCode(err))
+	// A misspelt source type is a 400, not an empty answer.
+	_, err = x.Recall(ctx, RecallRequest{Agent: "alpha", Query: "fox", SourceType: "reports"})
+	var be *bgjobs.Error
+	require.ErrorAs(t, err, &be)
+	require.Equal(t, "source_type", be.Field)
+	for _, st := range []string{SourceReport, SourceIngest, SourceNote} {
+		_, err = x.Recall(ctx, RecallRequest{Agent: "alpha", Query: "fox", SourceType: st})
+		require.NoError(t, err, st)
+	}
 }
 
 func TestANewReportSupersedesTheOld(t *testing.T) {
