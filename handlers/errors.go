@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"net/http"
 	"strings"
 
@@ -36,9 +37,14 @@ func errorHandler(log *slog.Logger) echo.HTTPErrorHandler {
 		detail := errshape.Detail{Code: bgjobs.EInternal, Message: "internal error"}
 		var be *bgjobs.Error
 		var he *echo.HTTPError
+		var ne net.Error
 		switch {
 		case errors.As(err, &be):
 			detail = errshape.Detail{Code: be.Code, Message: be.Message, Field: be.Field}
+		case errors.As(err, &ne):
+			// A network error no layer below named (Redis went away mid
+			// request): a retry may work, so a 503, never a 500.
+			detail = errshape.Detail{Code: bgjobs.EUnavailable, Message: "temporarily unavailable; retry"}
 		case errors.As(err, &he):
 			code, ok := errshape.Code(he.Code)
 			if !ok {

@@ -249,13 +249,33 @@ func TestUnavailableNamesNoInternals(t *testing.T) {
 	srv := httptest.NewServer(NewServer(cfg, Deps{Manager: m, Log: slog.New(slog.NewTextHandler(io.Discard, nil))}))
 	t.Cleanup(srv.Close)
 	b := &testBundle{srv: srv, m: m, cfg: cfg}
-	for _, path := range []string{"/readyz", "/v1/jobs/bg-000000000000"} {
-		code, body := b.do(t, "GET", path, "", nil)
-		require.Equal(t, http.StatusServiceUnavailable, code, "%s: %v", path, body)
+	// Every route that needs Redis: a 503 each, never a 500 (the event
+	// stream's first reads once answered 500 with the dial error logged).
+	id, spawn := "bg-000000000000", `{"origin_session":"s","kind":"work","work":{"type":"echo"}}`
+	for _, r := range []struct{ method, path, body string }{
+		{"GET", "/readyz", ""},
+		{"GET", "/v1/jobs/" + id, ""},
+		{"GET", "/v1/jobs", ""},
+		{"POST", "/v1/jobs", spawn},
+		{"POST", "/v1/jobs/" + id + "/cancel", ""},
+		{"POST", "/v1/jobs/" + id + "/ack", ""},
+		{"DELETE", "/v1/jobs/" + id, ""},
+		{"POST", "/v1/batches", `{"origin_session":"s","jobs":[{"kind":"work","work":{"type":"echo"}}]}`},
+		{"GET", "/v1/batches/bt-000000000000", ""},
+		{"GET", "/v1/agents/alpha", ""},
+		{"PUT", "/v1/agents/alpha", `{"resume":"none"}`},
+		{"POST", "/v1/sessions/s/drain", ""},
+		{"POST", "/v1/sessions/s/busy", `{"ttl_s":30}`},
+		{"POST", "/v1/sessions/s/idle", ""},
+		{"GET", "/v1/events", ""},
+	} {
+		what := r.method + " " + r.path
+		code, body := b.do(t, r.method, r.path, r.body, nil)
+		require.Equal(t, http.StatusServiceUnavailable, code, "%s: %v", what, body)
 		e := body["error"].(map[string]any)
-		require.Equal(t, "unavailable", e["code"])
-		require.NotContains(t, e["message"], "127.0.0.1", path)
-		require.NotContains(t, e["message"], "dial", path)
+		require.Equal(t, "unavailable", e["code"], what)
+		require.NotContains(t, e["message"], "127.0.0.1", what)
+		require.NotContains(t, e["message"], "dial", what)
 	}
 }
 

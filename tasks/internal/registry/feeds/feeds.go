@@ -87,7 +87,7 @@ func (s *Store) ReadEvents(ctx context.Context, after map[string]string, block t
 func (s *Store) LastEventID(ctx context.Context, agent string) (string, error) {
 	msgs, err := s.rdb.XRevRangeN(ctx, s.k.EventStream(agent), "+", "-", 1).Result()
 	if err != nil || len(msgs) == 0 {
-		return "0-0", err
+		return "0-0", registry.Unavailable("read the event stream", err)
 	}
 	return msgs[0].ID, nil
 }
@@ -99,7 +99,7 @@ func (s *Store) EventAgents(ctx context.Context) ([]string, error) {
 		out = append(out, s.k.AgentOfEventStream(key))
 		return nil
 	})
-	return out, err
+	return out, registry.Unavailable("list the event streams", err)
 }
 
 // ReportsStream is the Redis stream every search writer tails.
