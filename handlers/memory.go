@@ -65,9 +65,6 @@ func handleRecall(mem Memory) echo.HandlerFunc {
 			}
 			req.IncludeSuperseded = b
 		}
-		if len(req.Query) > 1000 {
-			return bgjobs.FieldError("q", "at most 1000 characters")
-		}
 		res, err := mem.Recall(c.Request().Context(), req)
 		if err != nil {
 			return err

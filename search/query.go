@@ -16,10 +16,16 @@ type term struct {
 // maxTerms bounds a query's cost.
 const maxTerms = 32
 
+// maxQueryBytes caps a recall query, over HTTP and MCP alike.
+const maxQueryBytes = 1000
+
 // parseQuery reads words and "quoted phrases". Everything else is text:
 // there is no field syntax, so a query can never reach another agent's
 // documents or another field. An unclosed quote is an error.
 func parseQuery(q string) ([]term, error) {
+	if len(q) > maxQueryBytes {
+		return nil, bgjobs.FieldError("q", "at most %d bytes", maxQueryBytes)
+	}
 	var out []term
 	rest := strings.TrimSpace(q)
 	for rest != "" {

@@ -68,7 +68,7 @@ func TestRecallWordsAndPhrases(t *testing.T) {
 	res, err = x.Recall(ctx, RecallRequest{Agent: "alpha", Query: `brown fox`})
 	require.NoError(t, err)
 	require.Len(t, res.Hits, 2)
-	for _, bad := range []string{`"unclosed`, ``, `   `, `"" !!`} {
+	for _, bad := range []string{`"unclosed`, ``, `   `, `"" !!`, strings.Repeat("a", maxQueryBytes+1)} {
 		_, err := x.Recall(ctx, RecallRequest{Agent: "alpha", Query: bad})
 		require.Equal(t, bgjobs.EInvalid, bgjobs.ErrorCode(err), "%q", bad)
 	}
