@@ -493,6 +493,18 @@ func (st silentTurns) RunTurn(ctx context.Context, t bgjobs.Turn) (string, error
 	return "report for " + t.JobID, nil
 }
 
+// statusCounts counts agent's jobs ids by status.
+func (b *testBundle) statusCounts(t *testing.T, agent string, ids []string) map[bgjobs.Status]int {
+	t.Helper()
+	c := map[bgjobs.Status]int{}
+	for _, id := range ids {
+		j, err := b.m.Get(context.Background(), agent, id)
+		require.NoError(t, err)
+		c[j.Status]++
+	}
+	return c
+}
+
 // A tenant whose agent never answers holds its share of the global cap,
 // not all of it: another agent's turn still runs at once. A lone agent
 // uses the whole cap.
@@ -500,15 +512,7 @@ func TestTurnShareLeavesRoomForOthers(t *testing.T) {
 	t.Parallel()
 	const silentURL = "http://127.0.0.1:1/silent"
 	ctx := context.Background()
-	statuses := func(b *testBundle, agent string, ids []string) map[bgjobs.Status]int {
-		c := map[bgjobs.Status]int{}
-		for _, id := range ids {
-			j, err := b.m.Get(ctx, agent, id)
-			require.NoError(t, err)
-			c[j.Status]++
-		}
-		return c
-	}
+	statuses := func(b *testBundle, agent string, ids []string) map[bgjobs.Status]int { return b.statusCounts(t, agent, ids) }
 	spawnTurns := func(b *testBundle, agent string, n int) []string {
 		var ids []string
 		for i := range n {
@@ -559,15 +563,7 @@ func TestTurnShareLeavesRoomForOthers(t *testing.T) {
 func TestWorkShareLeavesRoomForOthers(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	statuses := func(b *testBundle, agent string, ids []string) map[bgjobs.Status]int {
-		c := map[bgjobs.Status]int{}
-		for _, id := range ids {
-			j, err := b.m.Get(ctx, agent, id)
-			require.NoError(t, err)
-			c[j.Status]++
-		}
-		return c
-	}
+	statuses := func(b *testBundle, agent string, ids []string) map[bgjobs.Status]int { return b.statusCounts(t, agent, ids) }
 	spawnEchoes := func(b *testBundle, agent string, n, delayMS int) []string {
 		var ids []string
 		for i := range n {
