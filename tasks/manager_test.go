@@ -512,7 +512,9 @@ func TestTurnShareLeavesRoomForOthers(t *testing.T) {
 	t.Parallel()
 	const silentURL = "http://127.0.0.1:1/silent"
 	ctx := context.Background()
-	statuses := func(b *testBundle, agent string, ids []string) map[bgjobs.Status]int { return b.statusCounts(t, agent, ids) }
+	statuses := func(b *testBundle, agent string, ids []string) map[bgjobs.Status]int {
+		return b.statusCounts(t, agent, ids)
+	}
 	spawnTurns := func(b *testBundle, agent string, n int) []string {
 		var ids []string
 		for i := range n {
@@ -563,7 +565,9 @@ func TestTurnShareLeavesRoomForOthers(t *testing.T) {
 func TestWorkShareLeavesRoomForOthers(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	statuses := func(b *testBundle, agent string, ids []string) map[bgjobs.Status]int { return b.statusCounts(t, agent, ids) }
+	statuses := func(b *testBundle, agent string, ids []string) map[bgjobs.Status]int {
+		return b.statusCounts(t, agent, ids)
+	}
 	spawnEchoes := func(b *testBundle, agent string, n, delayMS int) []string {
 		var ids []string
 		for i := range n {

@@ -43,16 +43,21 @@ func New(limit, share int, lone func(context.Context) bool) *Slots {
 // namespace has other agents.
 func (s *Slots) Take(ctx context.Context, agent string) (func(), error) {
 	s.mu.Lock()
-	over := s.held[agent] >= s.share
-	s.mu.Unlock()
-	// Whether the agent is alone is asked only past its share, so a
-	// process under its share never waits on Redis for it.
-	if over && s.share < s.limit && !s.lone(ctx) {
-		return nil, ErrShareFull
+	under := s.held[agent] < s.share || s.share >= s.limit
+	if under {
+		s.held[agent]++ // counted in the same lock as the check: never past the share
 	}
-	s.mu.Lock()
-	s.held[agent]++
 	s.mu.Unlock()
+	// Whether the agent is alone is asked only past its share, so a job
+	// under it never waits on Redis.
+	if !under {
+		if !s.lone(ctx) {
+			return nil, ErrShareFull
+		}
+		s.mu.Lock()
+		s.held[agent]++
+		s.mu.Unlock()
+	}
 	return func() {
 		s.mu.Lock()
 		defer s.mu.Unlock()

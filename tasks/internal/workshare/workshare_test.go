@@ -3,6 +3,8 @@ package workshare
 import (
 	"context"
 	"errors"
+	"sync"
+	"sync/atomic"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -42,4 +44,18 @@ func TestSlots(t *testing.T) {
 		require.NoError(t, err)
 	}
 	require.Zero(t, asked, "a share as large as the slots is no share")
+
+	// Taken at once by many workers, the share still holds exactly.
+	s = New(50, 5, func(context.Context) bool { return false })
+	var took atomic.Int64
+	var wg sync.WaitGroup
+	for range 40 {
+		wg.Go(func() {
+			if _, err := s.Take(ctx, "burst"); err == nil {
+				took.Add(1)
+			}
+		})
+	}
+	wg.Wait()
+	require.EqualValues(t, 5, took.Load())
 }
