@@ -35,10 +35,14 @@ func New(baseURL, key string) *Client {
 
 // Error is an error answer of the API.
 type Error struct {
-	Status  int    `json:"-"`
-	Code    string `json:"code"`
-	Message string `json:"message"`
-	Field   string `json:"field,omitempty"`
+	Status int `json:"-"`
+	// RetryAfter is how long the server asks a caller to wait before
+	// trying again (its Retry-After header on a 503 or 429); 0 when it
+	// named none.
+	RetryAfter time.Duration `json:"-"`
+	Code       string        `json:"code"`
+	Message    string        `json:"message"`
+	Field      string        `json:"field,omitempty"`
 }
 
 // The API's error codes, for errors.Is: errors.Is(err, client.ErrNotFound).
@@ -197,7 +201,7 @@ func (c *Client) do(ctx context.Context, method, path string, body any, out any,
 		return err
 	}
 	if resp.StatusCode >= 300 {
-		return apiError(resp.StatusCode, raw)
+		return apiError(resp, raw)
 	}
 	if out == nil || len(raw) == 0 {
 		return nil
@@ -222,14 +226,17 @@ func (c *Client) httpClient() *http.Client {
 }
 
 // apiError reads an error answer.
-func apiError(status int, raw []byte) *Error {
+func apiError(resp *http.Response, raw []byte) *Error {
 	var e struct {
 		Error Error `json:"error"`
 	}
 	if json.Unmarshal(raw, &e) != nil || e.Error.Code == "" {
 		e.Error = Error{Code: "unknown", Message: strings.TrimSpace(string(raw))}
 	}
-	e.Error.Status = status
+	e.Error.Status = resp.StatusCode
+	if s, err := strconv.Atoi(resp.Header.Get("Retry-After")); err == nil && s > 0 {
+		e.Error.RetryAfter = time.Duration(s) * time.Second
+	}
 	return &e.Error
 }
 

@@ -47,7 +47,7 @@ func (c *Client) Events(ctx context.Context, lastEventID string, fn func(Event) 
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
 		raw, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
-		return apiError(resp.StatusCode, raw)
+		return apiError(resp, raw)
 	}
 	r := bufio.NewReader(resp.Body)
 	var ev Event

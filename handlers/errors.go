@@ -67,6 +67,9 @@ func errorHandler(log *slog.Logger) echo.HTTPErrorHandler {
 				detail.Message = "internal error"
 			}
 		}
+		if wait := errshape.RetryAfter(detail.Code); wait != "" {
+			c.Response().Header().Set("Retry-After", wait)
+		}
 		if c.Request().Method == http.MethodHead {
 			_ = c.NoContent(status)
 			return

@@ -16,6 +16,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/bgjobs/bgjobs"
+	"github.com/bgjobs/bgjobs/client"
 	"github.com/bgjobs/bgjobs/internal/redisconn"
 	"github.com/bgjobs/bgjobs/internal/testenv"
 	"github.com/bgjobs/bgjobs/tasks"
@@ -277,6 +278,13 @@ func TestUnavailableNamesNoInternals(t *testing.T) {
 		require.NotContains(t, e["message"], "127.0.0.1", what)
 		require.NotContains(t, e["message"], "dial", what)
 	}
+	// The Go client sees a temporary error and how long to wait: the
+	// answer's Retry-After.
+	_, err := client.New(srv.URL, "key-a").Get(context.Background(), id)
+	var ce *client.Error
+	require.ErrorAs(t, err, &ce)
+	require.True(t, ce.Temporary())
+	require.Equal(t, time.Second, ce.RetryAfter)
 }
 
 // asynqmon's changes wake the workers: a job queued while its queue is

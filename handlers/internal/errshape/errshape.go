@@ -68,3 +68,15 @@ func Code(status int) (code string, ok bool) {
 	code, ok = codeOfStatus[status]
 	return code, ok
 }
+
+// retryAfter is how long, in seconds, a client should wait before trying a
+// call again after an error of the code (the Retry-After header): a Redis
+// blip passes in a moment; a stream limit frees as others close.
+var retryAfter = map[string]string{
+	bgjobs.EUnavailable: "1",
+	bgjobs.ERateLimited: "5",
+}
+
+// RetryAfter is the Retry-After header of an error code, "" when a retry
+// would not help.
+func RetryAfter(code string) string { return retryAfter[code] }

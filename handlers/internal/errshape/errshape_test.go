@@ -24,6 +24,9 @@ func TestTablesAgree(t *testing.T) {
 		require.Equal(t, status, Status(code), code)
 	}
 	require.Equal(t, http.StatusInternalServerError, Status("no_such_code"))
+	require.Equal(t, "1", RetryAfter(bgjobs.EUnavailable))
+	require.Equal(t, "5", RetryAfter(bgjobs.ERateLimited))
+	require.Empty(t, RetryAfter(bgjobs.EInvalid), "a bad request stays bad")
 }
 
 // Plain rewrites a mounted handler's http.Error into the JSON shape with
