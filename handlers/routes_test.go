@@ -1,17 +1,25 @@
 package handlers
 
 import (
+	"context"
+	"encoding/json"
+	"io"
 	"net/http"
 	"os"
 	"regexp"
 	"sort"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/getkin/kin-openapi/openapi3"
+	"github.com/getkin/kin-openapi/openapi3filter"
+	"github.com/getkin/kin-openapi/routers/gorillamux"
 	"github.com/labstack/echo/v4"
 	"github.com/stretchr/testify/require"
 
 	"github.com/bgjobs/bgjobs/handlers/openapi"
+	"github.com/bgjobs/bgjobs/internal/testenv"
 )
 
 // obj is a JSON object of the document.
@@ -114,4 +122,75 @@ func TestLocalPath(t *testing.T) {
 	} {
 		require.Equal(t, want, localPath(next), "%q", next)
 	}
+}
+
+// /openapi.json is a valid OpenAPI 3 document by a validator's reading, and
+// the API's real answers (each status a client meets on the common calls)
+// match the schemas it gives them: a client generated from it decodes
+// what the server sends.
+func TestOpenAPIDocumentIsValidAndMatchesAnswers(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	w := b.m.NewWorker()
+	require.NoError(t, w.Start(context.Background()))
+	t.Cleanup(w.Shutdown)
+	ctx := context.Background()
+
+	resp, err := http.Get(b.srv.URL + "/openapi.json")
+	require.NoError(t, err)
+	raw, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	doc, err := openapi3.NewLoader().LoadFromData(raw)
+	require.NoError(t, err)
+	require.NoError(t, doc.Validate(ctx))
+	router, err := gorillamux.NewRouter(doc)
+	require.NoError(t, err)
+
+	call := func(method, path, body string, wantStatus int) map[string]any {
+		t.Helper()
+		req, err := http.NewRequest(method, b.srv.URL+path, strings.NewReader(body))
+		require.NoError(t, err)
+		req.Header.Set("Authorization", "Bearer key-a")
+		req.Header.Set("Content-Type", "application/json")
+		resp, err := http.DefaultClient.Do(req)
+		require.NoError(t, err)
+		raw, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		require.Equal(t, wantStatus, resp.StatusCode, "%s %s: %s", method, path, raw)
+		route, params, err := router.FindRoute(req)
+		require.NoError(t, err, "%s %s is documented", method, path)
+		in := &openapi3filter.ResponseValidationInput{
+			RequestValidationInput: &openapi3filter.RequestValidationInput{Request: req, PathParams: params, Route: route},
+			Status:                 resp.StatusCode, Header: resp.Header,
+			Options: &openapi3filter.Options{IncludeResponseStatus: true},
+		}
+		in.SetBodyBytes(raw)
+		require.NoError(t, openapi3filter.ValidateResponse(ctx, in), "%s %s answered %d: %s", method, path, resp.StatusCode, raw)
+		var out map[string]any
+		_ = json.Unmarshal(raw, &out)
+		return out
+	}
+	echo := `{"origin_session":"s-oa","kind":"work","work":{"type":"echo","args":{"text":"hi"}}`
+	call("PUT", "/v1/agents/alpha", `{"resume":"none","subagent_types":{"r":"You research."}}`, 200)
+	call("GET", "/v1/agents/alpha", "", 200)
+	spawned := call("POST", "/v1/jobs", echo+`}`, 202)
+	done := call("POST", "/v1/jobs", echo+`,"wait_ms":10000}`, 200)
+	require.Equal(t, "completed", done["status"])
+	id := done["id"].(string)
+	call("GET", "/v1/jobs/"+id, "", 200)
+	call("GET", "/v1/jobs?session=s-oa&limit=1", "", 200)
+	call("POST", "/v1/jobs/"+id+"/ack", "", 200)
+	call("POST", "/v1/jobs/"+id+"/cancel", "", 409)
+	call("GET", "/v1/jobs/bg-000000000000", "", 404)
+	call("GET", "/v1/jobs/nope", "", 400)
+	batch := call("POST", "/v1/batches", `{"origin_session":"s-oa","jobs":[{"kind":"work","work":{"type":"echo"}},{"kind":"work","work":{"type":"nope"}}]}`, 202)
+	call("GET", "/v1/batches/"+batch["batch_id"].(string), "", 200)
+	call("POST", "/v1/sessions/s-oa/busy", `{"ttl_s":30}`, 200)
+	call("POST", "/v1/sessions/s-oa/idle", "", 200)
+	testenv.Eventually(t, 15*time.Second, "the spawned job to end", func() bool {
+		j, err := b.m.Get(ctx, "alpha", spawned["id"].(string))
+		return err == nil && j.Status.Terminal()
+	})
+	call("POST", "/v1/sessions/s-oa/drain", "", 200)
+	call("DELETE", "/v1/jobs/"+id, "", 204)
 }

@@ -5,6 +5,8 @@ package openapi
 
 import (
 	"net/http"
+	"slices"
+	"strings"
 
 	"github.com/labstack/echo/v4"
 )
@@ -86,11 +88,12 @@ func Document() map[string]any {
 			"message": str(), "field": str()})}),
 		"Agent": object(obj{"name": str(), "a2a_url": str(), "resume": obj{"type": "string", "enum": []string{"a2a", "webhook", "none"}},
 			"webhook_url": str(), "webhook_secret": str(), "auto_resume": boolean(),
-			"subagent_types": obj{"type": "object", "additionalProperties": str()}}),
+			"subagent_types": obj{"type": "object", "additionalProperties": str()}, "delegate_to": arrayOf(str())}),
 		"SpawnRequest":  spawn,
 		"SpawnResponse": object(obj{"id": str(), "status": str(), "batch_id": nullable(str()), "message": str()}),
 		"Job": object(obj{"id": str(), "agent": str(), "origin_session": str(), "kind": str(), "subagent_type": str(),
-			"description": str(), "status": obj{"type": "string", "enum": []string{"queued", "running", "completed", "failed", "cancelled"}},
+			"description": str(), "prompt": str(), "work_type": str(), "work_args": anyObject(), "work_args_excerpt": str(),
+			"progress": str(), "resume_state": obj{"type": "string", "enum": []string{"held", "failed", "delivered", "gave_up"}}, "resume_error": str(), "status": obj{"type": "string", "enum": []string{"queued", "running", "completed", "failed", "cancelled"}},
 			"result": nullable(str()), "error": nullable(str()), "notified": boolean(), "batch_id": nullable(str()),
 			"incognito": boolean(), "attempts": integer(), "report_indexed": boolean(), "generation": integer(), "depth": integer(),
 			"created_at": timestamp(), "started_at": nullable(timestamp()), "completed_at": nullable(timestamp())}),
@@ -152,14 +155,16 @@ func Document() map[string]any {
 		"/v1/sessions/{session}/idle":  sessionAction("End the busy lease; one coalesced resume if anything is undrained", nil, "Busy"),
 		"/v1/events": obj{"get": obj{"summary": "Server-Sent Events of the caller's jobs (admin: all, or ?agent=); reconnect with Last-Event-ID to replay what was missed",
 			"security": []obj{{"bearer": []string{}}}, "parameters": []obj{query("agent", "admin only: one agent's events", "string"),
-				{"name": "Last-Event-ID", "in": "header", "schema": str()}},
+				query("last_event_id", "as the Last-Event-ID header, for clients that cannot set headers", "string"),
+				{"name": "Last-Event-ID", "in": "header", "description": "an id this API sent: replay what came after it", "schema": str()}},
 			"responses": obj{"200": obj{"description": "text/event-stream"}, "401": obj{"$ref": "#/components/responses/Error"}}}},
 		"/v1/recall": obj{"get": op("Full-text search over the caller's documents", nil, "200", ref("Recall"), []obj{query("q", "words and \"quoted phrases\"", "string"),
-			query("session", "only this session", "string"), query("source_type", "background_report or ingest", "string"),
+			query("session", "only this session", "string"), query("source_type", "background_report, ingest or knowledge", "string"),
 			query("limit", "1–100, default 10", "integer"), query("include_superseded", "also superseded reports", "boolean")}, "400", "503")},
 		"/v1/knowledge": obj{"post": op("Index text at once (201; documents: up to 100 texts, doc_ids in order), or ingest a URL as a work job (202)", ref("Knowledge"), "201",
 			object(obj{"doc_id": str(), "doc_ids": arrayOf(str()), "passages": integer()}), nil, "400", "413", "503")},
 	}
+	declarePathParams(paths)
 	return obj{
 		"openapi": "3.0.3",
 		"info":    obj{"title": "bgjobs", "version": "1", "description": "Background work for AI agents, reported back to the conversation that asked for it."},
@@ -198,4 +203,42 @@ func monitoringPaths() obj {
 func withResponse(o obj, code string, r obj) obj {
 	o["responses"].(obj)[code] = r
 	return o
+}
+
+// pathParamDesc describes the path parameters the console's and asynqmon's
+// paths share with the API's.
+var pathParamDesc = map[string]string{
+	"id":     "job id (bg-<12 hex>) or batch id (bt-<12 hex>)",
+	"action": "cancel, retry or delete",
+	"path":   "the rest of the path",
+}
+
+// declarePathParams gives every operation each path parameter its path
+// template names, as OpenAPI requires; operations that declare one already
+// keep their own description.
+func declarePathParams(paths obj) {
+	for tmpl, item := range paths {
+		var names []string
+		for rest := tmpl; ; {
+			i := strings.IndexByte(rest, '{')
+			if i < 0 {
+				break
+			}
+			j := strings.IndexByte(rest[i:], '}')
+			names = append(names, rest[i+1:i+j])
+			rest = rest[i+j:]
+		}
+		for _, o := range item.(obj) {
+			o := o.(obj)
+			params, _ := o["parameters"].([]obj)
+			for _, n := range names {
+				if !slices.ContainsFunc(params, func(p obj) bool { return p["in"] == "path" && p["name"] == n }) {
+					params = append(params, pathParam(n, pathParamDesc[n]))
+				}
+			}
+			if len(params) > 0 {
+				o["parameters"] = params
+			}
+		}
+	}
 }
