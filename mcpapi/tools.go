@@ -285,7 +285,7 @@ func NewServer(ctx context.Context, m *tasks.Manager, mem Recaller, agent string
 			}
 			return a, nil
 		})
-	addTool(s, &mcp.Tool{Name: "stop_task", Description: "Cancel a queued or running background job. It is still reported by drain_notifications, as cancelled.",
+	addTool(s, &mcp.Tool{Name: "stop_task", Description: "Cancel a queued or running background job, and the jobs its own turn spawned. It is still reported by drain_notifications, as cancelled.",
 		Annotations: &mcp.ToolAnnotations{Title: "Cancel background work", DestructiveHint: yes(), IdempotentHint: true, OpenWorldHint: no()}},
 		func(ctx context.Context, _ *mcp.CallToolRequest, in JobInput) (answer[JobState], error) {
 			j, err := m.Cancel(ctx, agent, in.JobID)

@@ -3,6 +3,7 @@ package tasks
 import (
 	"context"
 	"errors"
+	"log/slog"
 
 	"github.com/bgjobs/bgjobs"
 	"github.com/bgjobs/bgjobs/tasks/internal/maintenance"
@@ -55,21 +56,64 @@ func (m *Manager) Lookup(ctx context.Context, id string) (*bgjobs.Job, error) {
 
 // Cancel stops a queued or running job: it ends cancelled (and is drained
 // like any other), its queued task is deleted, a running one is told to stop.
+// The jobs its own turn spawned (session background:<id>) are cancelled with
+// it, and theirs in turn: their results were for that turn, and nobody
+// else reads them.
 func (m *Manager) Cancel(ctx context.Context, agent, id string) (*bgjobs.Job, error) {
 	j, err := m.Get(ctx, agent, id)
 	if err != nil {
 		return nil, err
 	}
-	reason := "cancelled by request"
-	settled, err := m.follow.Settle(ctx, j, bgjobs.Outcome{Status: bgjobs.StatusCancelled, Error: &reason})
-	if err != nil {
+	if err := m.cancel(ctx, j, "cancelled by request"); err != nil {
 		return nil, err
 	}
+	return m.Get(ctx, agent, id)
+}
+
+func (m *Manager) cancel(ctx context.Context, j *bgjobs.Job, reason string) error {
+	settled, err := m.follow.Settle(ctx, j, bgjobs.Outcome{Status: bgjobs.StatusCancelled, Error: &reason})
+	if err != nil {
+		return err
+	}
 	if !settled {
-		return nil, bgjobs.Errorf(bgjobs.EConflict, "job %s already ended", id)
+		return bgjobs.Errorf(bgjobs.EConflict, "job %s already ended", j.ID)
 	}
 	m.eng.StopTask(j)
-	return m.Get(ctx, agent, id)
+	m.cancelSpawned(ctx, j)
+	return nil
+}
+
+// cancelSpawned cancels the unfinished jobs parent's turn spawned. The
+// nesting is at most BGJOBS_MAX_DEPTH deep, so the recursion is too. A
+// child spawned after this looks is not cancelled: its parent's row has
+// ended by then, and it runs like any job.
+func (m *Manager) cancelSpawned(ctx context.Context, parent *bgjobs.Job) {
+	reason := "cancelled with " + parent.ID + ", whose turn spawned it"
+	req := ListRequest{Agent: parent.Agent, Session: bgjobs.BackgroundPrefix + parent.ID, Limit: ListLimitMax}
+	for {
+		jobs, next, err := m.List(ctx, req)
+		if err != nil {
+			m.log.Warn("cancel spawned jobs", slog.String("job_id", parent.ID), slog.Any("err", err))
+			return
+		}
+		for _, c := range jobs {
+			if c.Status.Terminal() {
+				continue
+			}
+			// The list's rows leave the prompt and result out: settle the whole row.
+			row, err := m.Get(ctx, parent.Agent, c.ID)
+			if err == nil {
+				err = m.cancel(ctx, row, reason)
+			}
+			if err != nil && bgjobs.ErrorCode(err) != bgjobs.EConflict && bgjobs.ErrorCode(err) != bgjobs.ENotFound {
+				m.log.Warn("cancel a spawned job", slog.String("job_id", c.ID), slog.Any("err", err))
+			}
+		}
+		if next == "" {
+			return
+		}
+		req.Cursor = next
+	}
 }
 
 // Ack marks a finished job consumed another way, so drain skips it. It

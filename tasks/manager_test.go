@@ -493,6 +493,14 @@ func (st silentTurns) RunTurn(ctx context.Context, t bgjobs.Turn) (string, error
 	return "report for " + t.JobID, nil
 }
 
+// statusOf is one of alpha's jobs' status.
+func (b *testBundle) statusOf(t *testing.T, id string) bgjobs.Status {
+	t.Helper()
+	j, err := b.m.Get(context.Background(), "alpha", id)
+	require.NoError(t, err)
+	return j.Status
+}
+
 // statusCounts counts agent's jobs ids by status.
 func (b *testBundle) statusCounts(t *testing.T, agent string, ids []string) map[bgjobs.Status]int {
 	t.Helper()
@@ -919,4 +927,38 @@ func TestShutdownWaitsForHandlersToHandBack(t *testing.T) {
 	got, err = b.m.Get(context.Background(), "alpha", j.ID)
 	require.NoError(t, err)
 	require.Equal(t, bgjobs.StatusQueued, got.Status, "still queued for the next process")
+}
+
+// Cancelling a job cancels what its own turn spawned (origin
+// background:<id>) and theirs in turn, each with a reason naming it; what
+// already ended, and other sessions' jobs, stay as they were.
+func TestCancelReachesWhatTheJobSpawned(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.startWorker(t)
+	ctx := context.Background()
+	const long = 10 * 60 * 1000
+	root := b.spawn(t, echoSpawn("chat-tree", "root", long, false))
+	child := b.spawn(t, echoSpawn(bgjobs.BackgroundPrefix+root.ID, "child", long, false))
+	grandchild := b.spawn(t, echoSpawn(bgjobs.BackgroundPrefix+child.ID, "grandchild", long, false))
+	done := b.spawn(t, echoSpawn(bgjobs.BackgroundPrefix+root.ID, "quick", 0, false))
+	other := b.spawn(t, echoSpawn("chat-other", "bystander", long, false))
+	b.waitStatus(t, done.ID, bgjobs.StatusCompleted, 10*time.Second)
+	b.waitStatus(t, grandchild.ID, bgjobs.StatusRunning, 10*time.Second)
+
+	got, err := b.m.Cancel(ctx, "alpha", root.ID)
+	require.NoError(t, err)
+	require.Equal(t, bgjobs.StatusCancelled, got.Status)
+	for _, j := range []*bgjobs.Job{child, grandchild} {
+		c := b.waitStatus(t, j.ID, bgjobs.StatusCancelled, 10*time.Second)
+		require.NotNil(t, c.Error)
+		require.Contains(t, *c.Error, "whose turn spawned it")
+	}
+	c, err := b.m.Get(ctx, "alpha", child.ID)
+	require.NoError(t, err)
+	require.Contains(t, *c.Error, root.ID)
+	require.Equal(t, bgjobs.StatusCompleted, b.statusOf(t, done.ID))
+	require.Equal(t, bgjobs.StatusRunning, b.statusOf(t, other.ID))
+	_, err = b.m.Cancel(ctx, "alpha", other.ID)
+	require.NoError(t, err)
 }
