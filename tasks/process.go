@@ -33,16 +33,18 @@ func (m *Manager) ProcessTask(ctx context.Context, t *asynq.Task) error {
 	tag := bgjobs.Tag(p.Agent, p.Session)
 	// Take a slot first, so a job past the turn cap (or its agent's share
 	// of it, or of this process's work slots) stays queued.
-	var release func()
 	if t.Type() == engine.TypeTurn {
-		release, err = m.turnCap.Wait(ctx, p.Agent, id)
+		release, err := m.turnCap.Wait(ctx, p.Agent, id)
+		if err != nil {
+			return m.stoppedBeforeStart(ctx, tag, id, err)
+		}
+		defer release()
 	} else {
-		release, err = m.workShare.Take(ctx, p.Agent)
+		if err := m.workShare.Take(ctx, p.Agent); err != nil {
+			return m.stoppedBeforeStart(ctx, tag, id, err)
+		}
+		defer m.workShare.Release(p.Agent)
 	}
-	if err != nil {
-		return m.stoppedBeforeStart(ctx, tag, id, err)
-	}
-	defer release()
 	st, err := m.store.Start(ctx, tag, id, m.now())
 	switch {
 	case errors.Is(err, registry.ErrEnded):

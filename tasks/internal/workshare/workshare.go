@@ -38,31 +38,35 @@ func New(limit, share int, lone func(context.Context) bool) *Slots {
 	return &Slots{limit: limit, share: min(share, limit), lone: lone, held: map[string]int{}}
 }
 
-// Take counts a work job of agent as running and returns the function that
-// uncounts it; ErrShareFull when the agent already runs its share and the
-// namespace has other agents.
-func (s *Slots) Take(ctx context.Context, agent string) (func(), error) {
+// Take counts a work job of agent as running, to be uncounted by Release;
+// ErrShareFull when the agent already runs its share and the namespace has
+// other agents.
+func (s *Slots) Take(ctx context.Context, agent string) error {
 	s.mu.Lock()
 	under := s.held[agent] < s.share || s.share >= s.limit
 	if under {
 		s.held[agent]++ // counted in the same lock as the check: never past the share
 	}
 	s.mu.Unlock()
+	if under {
+		return nil
+	}
 	// Whether the agent is alone is asked only past its share, so a job
 	// under it never waits on Redis.
-	if !under {
-		if !s.lone(ctx) {
-			return nil, ErrShareFull
-		}
-		s.mu.Lock()
-		s.held[agent]++
-		s.mu.Unlock()
+	if !s.lone(ctx) {
+		return ErrShareFull
 	}
-	return func() {
-		s.mu.Lock()
-		defer s.mu.Unlock()
-		if s.held[agent]--; s.held[agent] <= 0 {
-			delete(s.held, agent)
-		}
-	}, nil
+	s.mu.Lock()
+	s.held[agent]++
+	s.mu.Unlock()
+	return nil
+}
+
+// Release uncounts a job Take counted.
+func (s *Slots) Release(agent string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.held[agent]--; s.held[agent] <= 0 {
+		delete(s.held, agent)
+	}
 }
