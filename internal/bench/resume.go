@@ -114,7 +114,11 @@ func Resume(ctx context.Context, o Options, out io.Writer) error {
 	defer closeRedis()
 	ns := namespace()
 	defer redisns.DropNamespace(context.Background(), rdb, ns)
-	cfg := bgjobs.Config{Namespace: ns, WorkConcurrency: o.Concurrency, PollInterval: o.Poll, AgentAllow: []string{"127.0.0.1"}}.WithDefaults()
+	// The work share is off: this phase registers two agents, and the
+	// storm burst's 50 jobs must all start at once to complete over the
+	// 2.5 s it specifies (with a share of half the slots, the second half
+	// would start a second later and spread the burst).
+	cfg := bgjobs.Config{Namespace: ns, WorkConcurrency: o.Concurrency, WorkShare: o.Concurrency, PollInterval: o.Poll, AgentAllow: []string{"127.0.0.1"}}.WithDefaults()
 	runner := agents.NewA2A(netguard.NewAllow(cfg.AgentAllow))
 	m := tasks.NewManager(rdb, cfg, tasks.Deps{Logger: quiet, Resumer: runner, Turns: runner})
 	defer m.Close()
