@@ -282,7 +282,7 @@ func (c *Client) Get(ctx context.Context, id string) (*Job, error) {
 	return &out, c.do(ctx, http.MethodGet, "/v1/jobs/"+url.PathEscape(id), nil, &out)
 }
 
-// Cancel stops a job.
+// Cancel stops a job, and the jobs its own turn spawned.
 func (c *Client) Cancel(ctx context.Context, id string) (*Job, error) {
 	var out Job
 	return &out, c.do(ctx, http.MethodPost, "/v1/jobs/"+url.PathEscape(id)+"/cancel", nil, &out)
