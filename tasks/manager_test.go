@@ -961,4 +961,11 @@ func TestCancelReachesWhatTheJobSpawned(t *testing.T) {
 	require.Equal(t, bgjobs.StatusRunning, b.statusOf(t, other.ID))
 	_, err = b.m.Cancel(ctx, "alpha", other.ID)
 	require.NoError(t, err)
+
+	// A spawn arriving late for the cancelled turn is refused.
+	_, _, err = b.m.Spawn(ctx, echoSpawn(bgjobs.BackgroundPrefix+root.ID, "late", 0, false))
+	var be *bgjobs.Error
+	require.ErrorAs(t, err, &be)
+	require.Equal(t, bgjobs.EConflict, be.Code)
+	require.Equal(t, "origin_session", be.Field)
 }

@@ -116,7 +116,8 @@ func fingerprint(j *bgjobs.Job) string {
 }
 
 // depthOf is the depth of a job spawned by parent's own turn: the parent
-// must be a job of the same agent, and the depth within the fence.
+// must be a job of the same agent, not cancelled, and the depth within the
+// fence.
 func (m *Manager) depthOf(ctx context.Context, agent, parent string) (int, error) {
 	p, err := m.store.Lookup(ctx, parent)
 	if err != nil {
@@ -125,6 +126,12 @@ func (m *Manager) depthOf(ctx context.Context, agent, parent string) (int, error
 	if p == nil || p.Agent != agent {
 		return 0, bgjobs.FieldError("origin_session", "%s%s names no job of agent %q: a worker's own spawns name the job whose turn spawns them",
 			bgjobs.BackgroundPrefix, parent, agent)
+	}
+	if p.Status == bgjobs.StatusCancelled {
+		// Its turn was stopped, and what it had spawned with it: nothing
+		// more runs on its behalf.
+		return 0, &bgjobs.Error{Code: bgjobs.EConflict, Field: "origin_session",
+			Message: fmt.Sprintf("job %s was cancelled; nothing more is spawned for its turn", parent)}
 	}
 	if p.Depth+1 > m.cfg.MaxDepth {
 		return 0, bgjobs.FieldError("origin_session", "background jobs nest at most %d deep (BGJOBS_MAX_DEPTH); job %s is at depth %d", m.cfg.MaxDepth, parent, p.Depth)
