@@ -264,3 +264,31 @@ func TestMCPTransportErrorsAreJSON(t *testing.T) {
 	require.False(t, isErr, text)
 	require.Contains(t, text, "through")
 }
+
+// An MCP session stays its agent's: another agent's key sending its
+// Mcp-Session-Id is refused (403, in the API's JSON shape) and acts on
+// nothing, while the owner's calls go on.
+func TestMCPSessionBelongsToItsAgent(t *testing.T) {
+	t.Parallel()
+	base := startServe(t, map[string]string{"BGJOBS_API_KEYS": "alpha:ka,beta:kb", "BGJOBS_AUTO_RESUME": "false"})
+	s := mcpSession(t, base, "ka")
+	body := `{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"background_status","arguments":{"session":"chat-1"}}}`
+	req, err := http.NewRequest("POST", base+"/mcp", strings.NewReader(body))
+	require.NoError(t, err)
+	req.Header.Set("Authorization", "Bearer kb")
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Accept", "application/json, text/event-stream")
+	req.Header.Set("Mcp-Session-Id", s.ID())
+	resp, err := http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	var e struct {
+		Error struct{ Code, Message string }
+	}
+	require.NoError(t, json.NewDecoder(resp.Body).Decode(&e))
+	resp.Body.Close()
+	require.Equal(t, http.StatusForbidden, resp.StatusCode)
+	require.Equal(t, "forbidden", e.Error.Code)
+
+	text, isErr := callText(t, s, "background_status", map[string]any{"session": "chat-1"})
+	require.False(t, isErr, text)
+}
