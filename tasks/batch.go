@@ -28,6 +28,7 @@ func (m *Manager) SpawnBatch(ctx context.Context, agent, session string, specs [
 	if len(specs) > BatchMax {
 		return nil, &bgjobs.Error{Code: bgjobs.ETooLarge, Message: fmt.Sprintf("at most %d jobs in a batch, got %d", BatchMax, len(specs)), Field: "jobs"}
 	}
+	m.tenants.NoteSpawner(ctx, agent)
 	res := &bgjobs.BatchResult{BatchID: newID("bt-"), Jobs: []bgjobs.BatchMember{}, Skipped: []bgjobs.BatchSkip{}}
 	var jobs []*bgjobs.Job
 	for i, spec := range specs {

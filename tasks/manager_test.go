@@ -601,12 +601,14 @@ func TestWorkShareLeavesRoomForOthers(t *testing.T) {
 		t.Parallel()
 		b := setup(t, withSlots)
 		b.startWorker(t)
-		require.NoError(t, b.m.PutAgent(ctx, &bgjobs.Agent{Name: "hog"}))
-		require.NoError(t, b.m.PutAgent(ctx, &bgjobs.Agent{Name: "good"}))
+		// Neither is registered: work needs no agent configuration, so
+		// their spawns are what tell the namespace it has two tenants.
+		good := spawnEchoes(b, "good", 1, 0)
+		testenv.Eventually(t, 30*time.Second, "the good agent's first job", func() bool { return statuses(b, "good", good)[bgjobs.StatusCompleted] == 1 })
 		hog := spawnEchoes(b, "hog", 6, long)
 		testenv.Eventually(t, 30*time.Second, "the hog holds its share", func() bool { return statuses(b, "hog", hog)[bgjobs.StatusRunning] == 2 })
 
-		good := spawnEchoes(b, "good", 3, 0)
+		good = spawnEchoes(b, "good", 3, 0)
 		testenv.Eventually(t, 30*time.Second, "the good agent's work completed", func() bool { return statuses(b, "good", good)[bgjobs.StatusCompleted] == 3 })
 		for _, id := range good {
 			j, err := b.m.Get(ctx, "good", id)

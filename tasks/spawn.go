@@ -55,6 +55,7 @@ func (m *Manager) Spawn(ctx context.Context, req SpawnRequest) (job *bgjobs.Job,
 	if err != nil {
 		return nil, false, err
 	}
+	m.tenants.NoteSpawner(ctx, req.Agent)
 	if req.Wait > 0 {
 		j.WaitUntil = j.CreatedAt.Add(req.Wait)
 	}

@@ -40,6 +40,7 @@ import (
 //	<ns>:apikeys                          hash   SHA-256 of an agent key (hex) → agent
 //	<ns>:lease:<name>                     string the holder of a maintenance lease (PX)
 //	<ns>:agents                           set    registered agent names
+//	<ns>:spawners                         set    agents that have spawned a job (registered or not)
 //	<ns>:agent:<agent>                    string the agent's JSON configuration
 //	<ns>:agent:<agent>:jobs               zset   every job of the agent (score = created_at ms)
 //	<ns>:agent:<agent>:idem:<h>           string job id spawned with Idempotency-Key h (24 h)
@@ -79,6 +80,7 @@ func (k Keys) Sent(tag, messageID string) string  { return k.session(tag) + ":se
 func (k Keys) active() string                     { return k.NS + ":active" }
 func (k Keys) TurnSem() string                    { return k.NS + ":turnsem" }
 func (k Keys) Agents() string                     { return k.NS + ":agents" }
+func (k Keys) Spawners() string                   { return k.NS + ":spawners" }
 func (k Keys) Agent(agent string) string          { return k.NS + ":agent:" + agent }
 func (k Keys) AgentJobs(agent string) string      { return k.Agent(agent) + ":jobs" }
 func (k Keys) SpawnIdem(agent, key string) string { return k.Agent(agent) + ":idem:" + Digest(key) }

@@ -10,6 +10,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"sync"
 
 	"github.com/redis/go-redis/v9"
 
@@ -21,6 +22,8 @@ import (
 type Store struct {
 	rdb redis.UniversalClient
 	k   registry.Keys
+	// spawners are the agents NoteSpawner recorded from this process.
+	spawners sync.Map
 }
 
 // New returns the tenant store on rdb with keys k.
