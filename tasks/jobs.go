@@ -96,17 +96,22 @@ func (m *Manager) cancelSpawned(ctx context.Context, parent *bgjobs.Job) {
 			m.log.Warn("cancel spawned jobs", slog.String("job_id", parent.ID), slog.Any("err", err))
 			return
 		}
+		var open []string
 		for _, c := range jobs {
-			if c.Status.Terminal() {
-				continue
+			if !c.Status.Terminal() {
+				open = append(open, c.ID)
 			}
-			// The list's rows leave the prompt and result out: settle the whole row.
-			row, err := m.Get(ctx, parent.Agent, c.ID)
-			if err == nil {
-				err = m.cancel(ctx, row, reason)
-			}
-			if err != nil && bgjobs.ErrorCode(err) != bgjobs.EConflict && bgjobs.ErrorCode(err) != bgjobs.ENotFound {
-				m.log.Warn("cancel a spawned job", slog.String("job_id", c.ID), slog.Any("err", err))
+		}
+		// The list's rows leave the prompt and result out: settle whole rows,
+		// read in one round trip for the page.
+		rows, err := m.GetMany(ctx, parent.Agent, open)
+		if err != nil {
+			m.log.Warn("cancel spawned jobs", slog.String("job_id", parent.ID), slog.Any("err", err))
+			return
+		}
+		for _, row := range rows {
+			if err := m.cancel(ctx, row, reason); err != nil && bgjobs.ErrorCode(err) != bgjobs.EConflict {
+				m.log.Warn("cancel a spawned job", slog.String("job_id", row.ID), slog.Any("err", err))
 			}
 		}
 		if next == "" {

@@ -46,7 +46,7 @@ type entry struct {
 // New returns the keys of cfg, with lookup finding a stored key's agent
 // ("" if there is none) and count counting stored keys.
 func New(cfg bgjobs.Config, lookup func(ctx context.Context, key string) (string, error), count func(ctx context.Context) (int64, error)) *Keys {
-	k := &Keys{count: count, stored: &storedKeys{lookup: lookup, cache: map[string]storedKey{}}}
+	k := &Keys{count: count, stored: &storedKeys{lookup: lookup, cache: map[[32]byte]storedKey{}}}
 	k.open.Store(cfg.OpenMode())
 	for key, agent := range cfg.APIKeys {
 		k.agents = append(k.agents, entry{sha256.Sum256([]byte(key)), agent})
@@ -64,19 +64,21 @@ func (k *Keys) Lookup(ctx context.Context, key string) (who Who, ok bool, err er
 	if key == "" {
 		return Who{}, false, nil
 	}
-	if who, ok := k.resolve(key); ok {
+	// One digest serves both: the configured keys are held as digests, and
+	// the stored-key cache is keyed by it.
+	sum := sha256.Sum256([]byte(key))
+	if who, ok := k.resolve(sum); ok {
 		return who, true, nil
 	}
-	agent, err := k.stored.get(ctx, key)
+	agent, err := k.stored.get(ctx, key, sum)
 	if err != nil || agent == "" {
 		return Who{}, false, err
 	}
 	return Who{Agent: agent}, true, nil
 }
 
-// resolve returns who a configured key acts for, or false.
-func (k *Keys) resolve(key string) (Who, bool) {
-	sum := sha256.Sum256([]byte(key))
+// resolve returns who the configured key with digest sum acts for, or false.
+func (k *Keys) resolve(sum [32]byte) (Who, bool) {
 	found := Who{}
 	ok := 0
 	for _, e := range k.agents {
@@ -116,7 +118,7 @@ const storedKeyTTL = 5 * time.Second
 type storedKeys struct {
 	lookup func(ctx context.Context, key string) (string, error)
 	mu     sync.Mutex
-	cache  map[string]storedKey
+	cache  map[[32]byte]storedKey
 }
 
 type storedKey struct {
@@ -124,12 +126,10 @@ type storedKey struct {
 	exp   time.Time
 }
 
-func (s *storedKeys) get(ctx context.Context, key string) (string, error) {
+func (s *storedKeys) get(ctx context.Context, key string, id [32]byte) (string, error) {
 	if s.lookup == nil {
 		return "", nil
 	}
-	d := sha256.Sum256([]byte(key))
-	id := string(d[:])
 	s.mu.Lock()
 	if e, ok := s.cache[id]; ok && time.Now().Before(e.exp) {
 		s.mu.Unlock()

@@ -2,8 +2,11 @@ package tenants
 
 import (
 	"context"
+	"errors"
 	"sync"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 )
 
 // loneCheck is how long the answer to "is this the namespace's only
@@ -43,23 +46,28 @@ func (l *Lone) Is(ctx context.Context) bool {
 }
 
 // agentCount counts the agents registered or spawning, up to 2: all a lone
-// answer needs. The two sets are apart on a cluster, so no SUNION.
+// answer needs, in one round trip. The two sets are apart on a cluster, so
+// no SUNION.
 func (s *Store) agentCount(ctx context.Context) (int, error) {
+	keys := []string{s.k.Agents(), s.k.Spawners()}
+	var cards []*redis.IntCmd
+	var some []*redis.StringCmd
+	if _, err := s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for _, key := range keys {
+			cards = append(cards, p.SCard(ctx, key))
+			some = append(some, p.SRandMember(ctx, key))
+		}
+		return nil
+	}); err != nil && !errors.Is(err, redis.Nil) {
+		return 0, err
+	}
 	seen := map[string]bool{}
-	for _, key := range []string{s.k.Agents(), s.k.Spawners()} {
-		n, err := s.rdb.SCard(ctx, key).Result()
-		if err != nil {
-			return 0, err
-		}
-		if n > 1 {
+	for i := range keys {
+		switch n := cards[i].Val(); {
+		case n > 1:
 			return 2, nil
-		}
-		if n == 1 {
-			m, err := s.rdb.SRandMember(ctx, key).Result()
-			if err != nil {
-				return 0, err
-			}
-			seen[m] = true
+		case n == 1:
+			seen[some[i].Val()] = true
 		}
 	}
 	return len(seen), nil
