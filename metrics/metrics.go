@@ -34,6 +34,12 @@ var (
 	BatchJoins = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "bgjobs_batch_joins_total", Help: "Batch joins; partial=\"true\" for straggler timeouts.",
 	}, []string{"partial"})
+	// SentBack counts tasks sent back to their queue because their agent
+	// held its share (of the turn cap, of a process's work slots): they
+	// wait there, not charged an attempt.
+	SentBack = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "bgjobs_jobs_sent_back_total", Help: "Tasks sent back to their queue because their agent held its share, by share: turn or work.",
+	}, []string{"share"})
 	// IndexLag is how far the search writer is behind the reports stream.
 	IndexLag = prometheus.NewGauge(prometheus.GaugeOpts{
 		Name: "bgjobs_index_lag_seconds", Help: "Age of the oldest report not yet indexed by this process (0 when caught up).",
@@ -42,5 +48,5 @@ var (
 
 // Register adds every instrument to r.
 func Register(r prometheus.Registerer) {
-	r.MustRegister(Spawned, Settled, DrainSize, Resumes, ResumeLatency, BatchJoins, IndexLag)
+	r.MustRegister(Spawned, Settled, DrainSize, Resumes, ResumeLatency, BatchJoins, SentBack, IndexLag)
 }

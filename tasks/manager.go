@@ -27,6 +27,7 @@ import (
 	"github.com/bgjobs/bgjobs/tasks/internal/engine"
 	"github.com/bgjobs/bgjobs/tasks/internal/followup"
 	"github.com/bgjobs/bgjobs/tasks/internal/maintenance"
+	"github.com/bgjobs/bgjobs/tasks/internal/parking"
 	"github.com/bgjobs/bgjobs/tasks/internal/registry"
 	"github.com/bgjobs/bgjobs/tasks/internal/registry/feeds"
 	"github.com/bgjobs/bgjobs/tasks/internal/registry/handover"
@@ -78,10 +79,14 @@ type Manager struct {
 	agentAllow netguard.Allow
 	turns      bgjobs.TurnRunner
 	turnCap    *turncap.Cap
-	workShare  *workshare.Slots
-	stragglers *stragglers.Set
-	now        func() time.Time
-	log        *slog.Logger
+	// turnsParked: turns this process sent back, their agent holding its
+	// share of the turn cap.
+	turnsParked *parking.Lot
+	workParked  *parking.Lot
+	workShare   *workshare.Slots
+	stragglers  *stragglers.Set
+	now         func() time.Time
+	log         *slog.Logger
 }
 
 // NewManager returns a running Manager on rdb. The caller owns rdb and
@@ -114,15 +119,28 @@ func NewManager(rdb redis.UniversalClient, cfg bgjobs.Config, d Deps) *Manager {
 	_ = follow.Start(context.Background())
 	hub := eventhub.New(streams, d.Logger, cfg.EventStreamsPerAgent, cfg.EventStreams)
 	_ = hub.Start(context.Background())
-	return &Manager{
+	m := &Manager{
 		cfg: cfg, writer: w, store: store, hand: handover.New(w, store.Keys(), cfg.Retention), feeds: streams, tenants: agents, eng: eng, hub: hub, follow: follow,
 		maint: maintenance.New(maintenance.Deps{Store: store, Reclaim: reclaim.New(rdb), Engine: eng, Followups: follow,
 			Interval: cfg.ReconcileInterval, BatchJoinTimeout: cfg.BatchJoinTimeout, Now: d.Now, Log: d.Logger}),
 		kinds: d.Kinds, agentAllow: netguard.NewAllow(cfg.AgentAllow), turns: d.Turns, now: d.Now, log: d.Logger,
 		stragglers: strag, idem: idem.New(rdb, store.Keys(), store.Lookup),
-		turnCap:   turncap.New(rdb, store.Keys(), cfg.TurnConcurrency, cfg.TurnShare, cfg.PollInterval, lone.Is, d.Now, d.Logger),
-		workShare: workshare.New(cfg.WorkConcurrency, cfg.WorkShare, lone.Is),
+		turnCap: turncap.New(rdb, store.Keys(), cfg.TurnConcurrency, cfg.TurnShare, cfg.PollInterval, lone.Is, d.Now, d.Logger),
 	}
+	m.turnsParked = parking.New("turn", func(id string) error { return m.runNow(engine.QueueTurns, id) })
+	m.workParked = parking.New("work", func(id string) error { return m.runNow(engine.QueueWork, id) })
+	m.workShare = workshare.New(cfg.WorkConcurrency, cfg.WorkShare, lone.Is, m.workParked)
+	return m
+}
+
+// runNow brings a parked task back to its queue and wakes the fetches held
+// on that queue.
+func (m *Manager) runNow(queue, id string) error {
+	if err := m.eng.RunNow(queue, id); err != nil {
+		return err
+	}
+	m.writer.AnnounceQueue(m.eng.Queue(queue))
+	return nil
 }
 
 // Close flushes the storm guard's windows and pending follow-up writes.

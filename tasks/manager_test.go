@@ -626,6 +626,80 @@ func TestWorkShareLeavesRoomForOthers(t *testing.T) {
 	})
 }
 
+// A job sent back past its agent's share (of the work slots, of the turn
+// cap) waits there without coming back every second: one of its agent's
+// slots freeing on this process brings the next one back. Here the waits
+// are a minute, so jobs that all end well within it were brought back by
+// freed slots.
+func TestPastItsShareAJobWaitsForAFreedSlot(t *testing.T) {
+	t.Parallel()
+	for _, kind := range []bgjobs.Kind{bgjobs.KindWork, bgjobs.KindTurn} {
+		t.Run(string(kind), func(t *testing.T) {
+			t.Parallel()
+			ctx := context.Background()
+			b := setup(t, func(c *bgjobs.Config, d *Deps) {
+				c.WorkConcurrency, c.TurnConcurrency, c.TurnShare = 4, 4, 2
+				d.Turns = heldTurns{}
+			})
+			lot := b.m.workParked
+			if kind == bgjobs.KindTurn {
+				lot = b.m.turnsParked
+			}
+			lot.Waits(time.Minute, time.Minute)
+			b.startWorker(t)
+			spawn := func(agent string, n int, hold bool) []string {
+				var ids []string
+				for i := range n {
+					req := echoSpawn("chat-1", fmt.Sprint(i), 0, false)
+					if hold {
+						req = echoSpawn("chat-1", fmt.Sprint(i), 3000, false)
+					}
+					if kind == bgjobs.KindTurn {
+						req = SpawnRequest{OriginSession: "chat-1", Kind: bgjobs.KindTurn, Description: "t", Prompt: fmt.Sprint(hold)}
+					}
+					req.Agent = agent
+					ids = append(ids, b.spawn(t, req).ID)
+				}
+				return ids
+			}
+			for _, a := range []string{"other", "busy"} {
+				require.NoError(t, b.m.PutAgent(ctx, &bgjobs.Agent{Name: a, A2AURL: "http://127.0.0.1:1/" + a}))
+			}
+			busy := spawn("busy", 2, true)
+			testenv.Eventually(t, 30*time.Second, "the busy agent holds its share", func() bool { return b.statusCounts(t, "busy", busy)[bgjobs.StatusRunning] == 2 })
+			start := time.Now()
+			more := spawn("busy", 5, false)
+			testenv.Eventually(t, 30*time.Second, "its other jobs sent back", func() bool { return lot.Parked() == 5 })
+			testenv.Eventually(t, 45*time.Second, "every job of the busy agent completed", func() bool {
+				return b.statusCounts(t, "busy", append(busy, more...))[bgjobs.StatusCompleted] == 7
+			})
+			t.Logf("five jobs parked behind two of 3 s completed %s after their spawn", time.Since(start).Round(time.Millisecond))
+			require.Less(t, time.Since(start), time.Minute, "brought back by freed slots, not by their waits")
+			require.Zero(t, lot.Parked())
+			for _, id := range more {
+				j, err := b.m.Get(ctx, "busy", id)
+				require.NoError(t, err)
+				require.EqualValues(t, 1, j.Attempts, "waiting is not an attempt")
+			}
+		})
+	}
+}
+
+// heldTurns holds a turn whose prompt is "true" for 3 s and answers any
+// other at once.
+type heldTurns struct{}
+
+func (heldTurns) RunTurn(ctx context.Context, t bgjobs.Turn) (string, error) {
+	if t.Prompt == "true" {
+		select {
+		case <-ctx.Done():
+			return "", ctx.Err()
+		case <-time.After(3 * time.Second):
+		}
+	}
+	return "report for " + t.JobID, nil
+}
+
 func TestListNewestFirstWithCursor(t *testing.T) {
 	t.Parallel()
 	b := setup(t)

@@ -12,6 +12,7 @@ import (
 	"github.com/bgjobs/bgjobs"
 	"github.com/bgjobs/bgjobs/tasks/internal/engine"
 	"github.com/bgjobs/bgjobs/tasks/internal/registry"
+	"github.com/bgjobs/bgjobs/tasks/internal/registry/turncap"
 	"github.com/bgjobs/bgjobs/work"
 )
 
@@ -35,12 +36,19 @@ func (m *Manager) ProcessTask(ctx context.Context, t *asynq.Task) error {
 	// of it, or of this process's work slots) stays queued.
 	if t.Type() == engine.TypeTurn {
 		release, err := m.turnCap.Wait(ctx, p.Agent, id)
+		if errors.Is(err, turncap.ErrShareFull) {
+			err = m.turnsParked.Park(p.Agent, id, err)
+		}
 		if err != nil {
 			return m.stoppedBeforeStart(ctx, tag, id, err)
 		}
-		defer release()
+		m.turnsParked.Took(id)
+		defer func() {
+			release()
+			m.turnsParked.Free(p.Agent) // the share's slot it held is free
+		}()
 	} else {
-		if err := m.workShare.Take(ctx, p.Agent); err != nil {
+		if err := m.workShare.Take(ctx, p.Agent, id); err != nil {
 			return m.stoppedBeforeStart(ctx, tag, id, err)
 		}
 		defer m.workShare.Release(p.Agent)

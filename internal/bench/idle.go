@@ -69,3 +69,73 @@ func Idle(ctx context.Context, o Options, out io.Writer) error {
 	fmt.Fprintf(out, "  CPU            %6.1f %% of one core   (goal ≤ 1 %%; baseline 10–15 %%)\n", 100*cpu.Seconds()/idleWindow.Seconds())
 	return nil
 }
+
+// parkedJobs and parkedSettle: the parked phase queues that many work jobs
+// past one agent's share, lets their waits reach their longest, then
+// watches as long as the idle phase.
+const (
+	parkedJobs   = 2000
+	parkedSettle = 35 * time.Second
+)
+
+// Parked measures what an agent's jobs waiting past its share of the work
+// slots cost while they wait: one agent holds its share (5 of the default
+// 10 slots) with jobs that outlast the phase, another agent exists, and
+// parkedJobs more of the first agent's jobs wait. The baseline is the same
+// load before such jobs were parked (each came back every one to four
+// seconds), measured with the same shape.
+func Parked(ctx context.Context, o Options, out io.Writer) error {
+	rdb, where, closeRedis, err := connect(ctx, o.RedisURL)
+	if err != nil {
+		return err
+	}
+	defer closeRedis()
+	fmt.Fprintf(out, "\n%d work jobs waiting past their agent's share (5 of 10 slots held), after %s, over %s, redis %s\n", parkedJobs, parkedSettle, idleWindow, where)
+	ns := namespace()
+	defer redisns.DropNamespace(context.Background(), rdb, ns)
+	cfg := bgjobs.Config{Namespace: ns, ShutdownTimeout: time.Second}.WithDefaults()
+	m := tasks.NewManager(rdb, cfg, tasks.Deps{Logger: quiet})
+	defer m.Close()
+	for _, a := range []string{"busy", "other"} {
+		if err := m.PutAgent(ctx, &bgjobs.Agent{Name: a}); err != nil {
+			return err
+		}
+	}
+	w := m.NewWorker()
+	if err := w.Start(ctx); err != nil {
+		return err
+	}
+	defer w.Shutdown()
+	spawn := func(delay time.Duration) func(int) error {
+		args := fmt.Appendf(nil, `{"text":"x","delay_ms":%d}`, delay.Milliseconds())
+		return func(int) error {
+			_, _, err := m.Spawn(ctx, tasks.SpawnRequest{Agent: "busy", OriginSession: "chat", Kind: bgjobs.KindWork, Description: "parked",
+				Work: &bgjobs.WorkSpec{Type: "echo", Args: args}})
+			return err
+		}
+	}
+	// The share's holders first, so the rest all find it held.
+	if err := loadgen.FanOut(cfg.WorkShare, 1, spawn(time.Hour)); err != nil {
+		return err
+	}
+	time.Sleep(time.Second)
+	if err := loadgen.FanOut(parkedJobs, o.Clients, spawn(0)); err != nil {
+		return err
+	}
+	time.Sleep(parkedSettle)
+	cmds0, err := stats.CommandsProcessed(ctx, rdb)
+	if err != nil {
+		fmt.Fprintf(out, "  (this Redis does not report its command count: %v)\n", err)
+		return nil
+	}
+	cpu0 := stats.ProcessCPU()
+	time.Sleep(idleWindow)
+	cmds1, err := stats.CommandsProcessed(ctx, rdb)
+	if err != nil {
+		return err
+	}
+	cpu := stats.ProcessCPU() - cpu0
+	fmt.Fprintf(out, "  Redis commands %6.0f /s              (baseline ~13,500 with every job back each 1–4 s)\n", float64(cmds1-cmds0)/idleWindow.Seconds())
+	fmt.Fprintf(out, "  CPU            %6.1f %% of one core\n", 100*cpu.Seconds()/idleWindow.Seconds())
+	return nil
+}

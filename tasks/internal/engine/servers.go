@@ -50,8 +50,13 @@ func FetchSplit(concurrency, maxLoops int) []int {
 }
 
 // retryDelay backs off 1s, 2s, 4s … up to 5 minutes; a task sent back
-// with ErrLater is looked at again after a second.
+// with ErrLater is looked at again after a second, or after the wait
+// LaterBy gave it.
 func retryDelay(n int, err error, _ *asynq.Task) time.Duration {
+	var by laterBy
+	if errors.As(err, &by) {
+		return by.after
+	}
 	if errors.Is(err, ErrLater) {
 		return time.Second
 	}
@@ -110,6 +115,20 @@ func (e *Engine) ServerConfigs(cfg bgjobs.Config, log *slog.Logger, notFailure e
 // ErrLater sends a task back to its queue, to be tried again in a second
 // without counting as a failure (asynq does not count it as a retry).
 var ErrLater = errors.New("not yet")
+
+// LaterBy is err, an ErrLater, with its own wait before the task is looked
+// at again.
+func LaterBy(err error, after time.Duration) error { return laterBy{err, after} }
+
+type laterBy struct {
+	error
+	after time.Duration
+}
+
+func (l laterBy) Unwrap() error { return l.error }
+
+// After is the wait LaterBy gave.
+func (l laterBy) After() time.Duration { return l.after }
 
 // ErrRowBehind sends a task whose row is not there yet back to asynq, to
 // be tried again shortly (its row travelled in a separate round trip).

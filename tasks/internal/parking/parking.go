@@ -1,0 +1,172 @@
+// Package parking keeps the tasks a process sent back to their queue
+// because their agent held its share (of the turn cap, of the process's
+// work slots), so that a slot the agent frees here brings one back at once
+// and the rest wait long, instead of coming back every second to be sent
+// back again.
+//
+// Before, each such task came back every one to four seconds: an agent with
+// 2,000 work jobs queued past its share cost Redis about 13,000 commands a
+// second while it waited, for nothing. Now a task's wait doubles each time
+// this process sends it back (First, then twice that, … up to Most), and
+// each slot its agent frees on this process runs the oldest of them at
+// once. A slot freed on another process reaches a task parked here within
+// its wait.
+package parking
+
+import (
+	"errors"
+	"sync"
+	"time"
+
+	"github.com/bgjobs/bgjobs/metrics"
+	"github.com/bgjobs/bgjobs/tasks/internal/engine"
+)
+
+// Waits of a task sent back: the first, doubled each time after, up to the
+// most. First stays short so an answer that changes soon (an agent found
+// alone) is seen soon; Most bounds what a slot freed on another process
+// waits for a task parked here.
+const (
+	First = 2 * time.Second
+	Most  = 30 * time.Second
+)
+
+// maxParked bounds the tasks one process remembers; past it a task sent
+// back waits Most, remembered by its queue alone.
+const maxParked = 100_000
+
+// tries is how many parked tasks one freed slot tries to bring back: an
+// entry may be stale (its task cancelled, or back in the queue already).
+const tries = 3
+
+type entry struct {
+	agent string
+	sent  int  // how often this process sent it back
+	lined bool // in its agent's line
+}
+
+// Lot is one share's parked tasks on this process.
+type Lot struct {
+	share string
+	run   func(id string) error // engine.Engine.RunNow on the share's queue
+	first time.Duration
+	most  time.Duration
+
+	mu      sync.Mutex
+	entries map[string]*entry   // task id →
+	line    map[string][]string // agent → task ids, oldest first
+}
+
+// New returns the lot of a share ("turn" or "work", as metrics name it)
+// whose tasks run brings back to their queue.
+func New(share string, run func(id string) error) *Lot {
+	return &Lot{share: share, run: run, first: First, most: Most, entries: map[string]*entry{}, line: map[string][]string{}}
+}
+
+// Waits sets the first and the longest wait (tests lengthen them, to show
+// that a freed slot, not a wait, brought a task back). Call it before the
+// lot is used.
+func (l *Lot) Waits(first, most time.Duration) { l.first, l.most = first, most }
+
+// Park records that agent's task id was sent back with err (an
+// engine.ErrLater) and returns err with the task's wait.
+func (l *Lot) Park(agent, id string, err error) error {
+	metrics.SentBack.WithLabelValues(l.share).Inc()
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	e := l.entries[id]
+	if e == nil {
+		if len(l.entries) >= maxParked {
+			return engine.LaterBy(err, l.most)
+		}
+		e = &entry{agent: agent}
+		l.entries[id] = e
+	}
+	wait := min(l.first<<min(e.sent, 16), l.most)
+	e.sent++
+	if !e.lined {
+		e.lined = true
+		l.line[agent] = append(l.line[agent], id)
+	}
+	return engine.LaterBy(err, wait)
+}
+
+// Took forgets a task that got its slot.
+func (l *Lot) Took(id string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if e := l.entries[id]; e != nil {
+		e.lined = false // its place in the line is skipped when reached
+		delete(l.entries, id)
+	}
+}
+
+// Free brings back the oldest task of agent parked here: one of the
+// agent's slots just freed. One Redis round trip or two, and none when the
+// agent has nothing parked here.
+func (l *Lot) Free(agent string) {
+	relined := ""
+	for range tries {
+		id, ok := l.next(agent)
+		if !ok {
+			return
+		}
+		if id == relined { // nothing else parked here
+			l.reline(id)
+			return
+		}
+		switch err := l.run(id); {
+		case err == nil:
+			return
+		case errors.Is(err, engine.ErrTaskRunning):
+			// Sent back a moment ago and not yet in the retry set, or
+			// running elsewhere: it keeps a place, at the end.
+			l.reline(id)
+			relined = id
+		case errors.Is(err, engine.ErrTaskGone):
+			l.Took(id)
+		default:
+			// Queued already (its wait ran out), or Redis did not answer:
+			// its wait brings it back either way.
+		}
+	}
+}
+
+// next takes the oldest task of agent's line that is still parked.
+func (l *Lot) next(agent string) (string, bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	ids := l.line[agent]
+	defer func() {
+		if len(ids) == 0 {
+			delete(l.line, agent)
+		} else {
+			l.line[agent] = ids
+		}
+	}()
+	for len(ids) > 0 {
+		id := ids[0]
+		ids = ids[1:]
+		if e := l.entries[id]; e != nil && e.lined {
+			e.lined = false
+			return id, true
+		}
+	}
+	return "", false
+}
+
+func (l *Lot) reline(id string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if e := l.entries[id]; e != nil && !e.lined {
+		e.lined = true
+		l.line[e.agent] = append(l.line[e.agent], id)
+	}
+}
+
+// Parked is how many tasks this process remembers sending back.
+func (l *Lot) Parked() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return len(l.entries)
+}
