@@ -685,6 +685,42 @@ func TestPastItsShareAJobWaitsForAFreedSlot(t *testing.T) {
 	}
 }
 
+// The turn cap is the fleet's: a turn ending on one process brings back a
+// turn of its agent parked on another. Process one runs the busy agent's
+// two long turns (its two turn workers full, so it fetches nothing else);
+// process two, sharing the namespace, finds the agent at its share and
+// parks its other turns, with waits of a minute.
+func TestATurnEndingElsewhereBringsBackAParkedTurn(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	env := testenv.New(t)
+	one := setupOn(t, env, func(c *bgjobs.Config, d *Deps) { c.TurnConcurrency, c.TurnShare = 2, 2; d.Turns = heldTurns{} })
+	two := setupOn(t, env, func(c *bgjobs.Config, d *Deps) { c.TurnConcurrency, c.TurnShare = 4, 2; d.Turns = heldTurns{} })
+	two.m.turnsParked.Waits(time.Minute, time.Minute)
+	for _, a := range []string{"other", "busy"} {
+		require.NoError(t, one.m.PutAgent(ctx, &bgjobs.Agent{Name: a, A2AURL: "http://127.0.0.1:1/" + a}))
+	}
+	spawn := func(n int, hold bool) []string {
+		var ids []string
+		for range n {
+			ids = append(ids, one.spawn(t, SpawnRequest{Agent: "busy", OriginSession: "chat-1", Kind: bgjobs.KindTurn, Description: "t", Prompt: fmt.Sprint(hold)}).ID)
+		}
+		return ids
+	}
+	one.startWorker(t)
+	held := spawn(2, true)
+	testenv.Eventually(t, 30*time.Second, "process one runs both long turns", func() bool { return one.statusCounts(t, "busy", held)[bgjobs.StatusRunning] == 2 })
+	two.startWorker(t)
+	start := time.Now()
+	more := spawn(3, false)
+	testenv.Eventually(t, 30*time.Second, "process two parks the rest", func() bool { return two.m.turnsParked.Parked() == 3 })
+	testenv.Eventually(t, 45*time.Second, "every turn completed", func() bool {
+		return one.statusCounts(t, "busy", append(held, more...))[bgjobs.StatusCompleted] == 5
+	})
+	t.Logf("three turns parked on process two completed %s after their spawn, brought back by turns ending on process one", time.Since(start).Round(time.Millisecond))
+	require.Less(t, time.Since(start), time.Minute, "brought back by the other process's news, not by their waits")
+}
+
 // heldTurns holds a turn whose prompt is "true" for 3 s and answers any
 // other at once.
 type heldTurns struct{}

@@ -45,7 +45,11 @@ func (m *Manager) ProcessTask(ctx context.Context, t *asynq.Task) error {
 		m.turnsParked.Took(id)
 		defer func() {
 			release()
-			m.turnsParked.Free(p.Agent) // the share's slot it held is free
+			// The agent's share has a slot free: a turn of it parked here
+			// comes back now, and one parked on each other process too,
+			// since the cap is the fleet's.
+			m.turnsParked.Free(p.Agent)
+			m.writer.Tell(m.turnFreedTopic(), p.Agent)
 		}()
 	} else {
 		if err := m.workShare.Take(ctx, p.Agent, id); err != nil {

@@ -60,6 +60,8 @@ type Writer struct {
 	replicaWait time.Duration
 	// waker holds empty fetches (FetchWaits).
 	waker waker
+	// tellers: messages to and from other processes (Tell, Heard).
+	tellers tellers
 }
 
 // ErrNotReplicated fails the commands of a waited pipeline whose writes did

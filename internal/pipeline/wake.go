@@ -140,7 +140,9 @@ func (w *Writer) listen(ctx context.Context, ps *redis.PubSub, done chan struct{
 			if !ok {
 				return
 			}
-			w.waker.wake(m.Payload)
+			if !w.tellers.told(m.Payload) {
+				w.waker.wake(m.Payload)
+			}
 		}
 	}
 }
