@@ -10,6 +10,7 @@ import (
 	"github.com/bgjobs/bgjobs"
 	"github.com/bgjobs/bgjobs/handlers/console"
 	"github.com/bgjobs/bgjobs/handlers/internal/keys"
+	"github.com/bgjobs/bgjobs/tasks"
 	"github.com/bgjobs/bgjobs/work"
 )
 
@@ -40,30 +41,55 @@ func setCaller(c echo.Context, who caller) {
 	c.SetRequest(c.Request().WithContext(work.WithCaller(ctx, work.Caller{Agent: who.Agent, Admin: who.Admin})))
 }
 
-// authenticator admits API and console requests by their key.
-type authenticator struct{ *keys.Keys }
-
-func newAuthenticator(cfg bgjobs.Config, lookup func(ctx context.Context, key string) (string, error), count func(ctx context.Context) (int64, error)) *authenticator {
-	return &authenticator{keys.New(cfg, lookup, count)}
+// authenticator admits API and console requests by their key, or by a
+// console sign-in made with one.
+type authenticator struct {
+	*keys.Keys
+	m *tasks.Manager
 }
 
-// credential is the key a request presents: its bearer token or, on a safe
-// (GET) request, the console's sign-in cookie — a browser's EventSource
-// cannot send headers, only its SameSite=Strict cookie.
-func credential(c echo.Context) string {
-	key, ok := strings.CutPrefix(c.Request().Header.Get("Authorization"), "Bearer ")
-	if !ok {
-		key = "" // only the Bearer scheme carries a key
+func newAuthenticator(cfg bgjobs.Config, m *tasks.Manager) *authenticator {
+	return &authenticator{keys.New(cfg, m.AgentOfKey, m.StoredKeyCount), m}
+}
+
+// callerOf finds who a request acts for: its bearer key or, on a safe
+// (GET) request, its console sign-in cookie — a browser's EventSource
+// cannot send headers, only its SameSite=Strict cookie. presented is false
+// when the request carries neither.
+func (a *authenticator) callerOf(c echo.Context) (who caller, presented, ok bool, err error) {
+	ctx := c.Request().Context()
+	if key, bearer := strings.CutPrefix(c.Request().Header.Get("Authorization"), "Bearer "); bearer {
+		key = strings.TrimSpace(key)
+		who, ok, err := a.Lookup(ctx, key)
+		return who, key != "", ok, err
 	}
 	// The cookie signs in page views, and the console's own buttons (htmx
 	// from this origin); any other request with side effects needs the
 	// header, so no other site can ride on the cookie.
-	if !ok && (c.Request().Method == http.MethodGet || console.FromConsole(c.Request())) {
-		if ck, err := c.Cookie(keyCookie); err == nil {
-			key = ck.Value
-		}
+	if c.Request().Method != http.MethodGet && !console.FromConsole(c.Request()) {
+		return caller{}, false, false, nil
 	}
-	return strings.TrimSpace(key)
+	ck, err := c.Cookie(signInCookie)
+	if err != nil || ck.Value == "" {
+		return caller{}, false, false, nil
+	}
+	who, ok, err = a.signedIn(ctx, ck.Value)
+	return who, true, ok, err
+}
+
+// signedIn finds who a console sign-in acts for: nobody once it was signed
+// out or expired, or once the key it was made with no longer names the
+// same agent (revoked, or gone from the configuration).
+func (a *authenticator) signedIn(ctx context.Context, token string) (caller, bool, error) {
+	in, ok, err := a.m.SignInOf(ctx, token)
+	if err != nil || !ok {
+		return caller{}, false, err
+	}
+	who, ok, err := a.LookupDigest(ctx, in.KeyDigest)
+	if err != nil || !ok || who.Agent != in.Agent || who.Admin != in.Admin {
+		return caller{}, false, err
+	}
+	return who, true, nil
 }
 
 // middleware authenticates every /v1 request and stores the caller.
@@ -73,14 +99,13 @@ func (a *authenticator) middleware(next echo.HandlerFunc) echo.HandlerFunc {
 			setCaller(c, caller{Agent: OpenAgent, Admin: true})
 			return next(c)
 		}
-		key := credential(c)
-		if key == "" {
-			c.Response().Header().Set("WWW-Authenticate", `Bearer realm="bgjobs"`)
-			return bgjobs.Errorf(bgjobs.EUnauthenticated, "missing Authorization: Bearer <key>")
-		}
-		who, ok, err := a.Lookup(c.Request().Context(), key)
+		who, presented, ok, err := a.callerOf(c)
 		if err != nil {
 			return err
+		}
+		if !presented {
+			c.Response().Header().Set("WWW-Authenticate", `Bearer realm="bgjobs"`)
+			return bgjobs.Errorf(bgjobs.EUnauthenticated, "missing Authorization: Bearer <key>")
 		}
 		if !ok {
 			c.Response().Header().Set("WWW-Authenticate", `Bearer realm="bgjobs", error="invalid_token"`)

@@ -4,19 +4,22 @@ import (
 	"net/http"
 	"net/url"
 	"strings"
-	"time"
 	"unicode"
 
 	"github.com/labstack/echo/v4"
 
 	"github.com/bgjobs/bgjobs"
 	"github.com/bgjobs/bgjobs/handlers/console"
+	"github.com/bgjobs/bgjobs/handlers/internal/keys"
+	"github.com/bgjobs/bgjobs/tasks"
 	"github.com/bgjobs/bgjobs/web"
 )
 
-// keyCookie carries a signed-in console user's key: HttpOnly (no script
-// reads it) and SameSite=Strict (no other site sends it).
-const keyCookie = "bgjobs_key"
+// signInCookie carries a console sign-in's token, never the key it was
+// made with: HttpOnly (no script reads it) and SameSite=Strict (no other
+// site sends it). Signing out ends the token on the server, and revoking
+// the key ends every sign-in made with it.
+const signInCookie = "bgjobs_session"
 
 // pageCaller is the console's view of the caller.
 func pageCaller(c echo.Context) (string, bool) {
@@ -40,7 +43,7 @@ func (a *authenticator) pageAuth(next echo.HandlerFunc) echo.HandlerFunc {
 			setCaller(c, caller{Agent: OpenAgent, Admin: true})
 			return next(c)
 		}
-		who, ok, err := a.Lookup(c.Request().Context(), credential(c))
+		who, _, ok, err := a.callerOf(c)
 		if err != nil {
 			return err
 		}
@@ -67,7 +70,7 @@ func handleLoginPage() echo.HandlerFunc {
 func handleLogin(a *authenticator) echo.HandlerFunc {
 	return func(c echo.Context) error {
 		key := strings.TrimSpace(c.FormValue("key"))
-		_, ok, err := a.Lookup(c.Request().Context(), key)
+		who, ok, err := a.Lookup(c.Request().Context(), key)
 		if err != nil {
 			return err
 		}
@@ -75,15 +78,26 @@ func handleLogin(a *authenticator) echo.HandlerFunc {
 			c.Response().WriteHeader(http.StatusUnauthorized)
 			return web.Render(c.Response(), "login", console.Page{Title: "Sign in", Error: "Unknown key.", Next: localPath(c.QueryParam("next"))})
 		}
-		c.SetCookie(&http.Cookie{Name: keyCookie, Value: key, Path: "/", HttpOnly: true, SameSite: http.SameSiteStrictMode,
-			Secure: c.Scheme() == "https", MaxAge: int((7 * 24 * time.Hour).Seconds())})
+		token, err := a.m.OpenSignIn(c.Request().Context(), tasks.SignIn{Agent: who.Agent, Admin: who.Admin, KeyDigest: keys.Digest(key)})
+		if err != nil {
+			return err
+		}
+		c.SetCookie(&http.Cookie{Name: signInCookie, Value: token, Path: "/", HttpOnly: true, SameSite: http.SameSiteStrictMode,
+			Secure: c.Scheme() == "https", MaxAge: int(a.m.SignInTTL().Seconds())})
 		return c.Redirect(http.StatusSeeOther, localPath(c.QueryParam("next")))
 	}
 }
 
-func handleLogout() echo.HandlerFunc {
+// handleLogout ends the sign-in on the server, so a copy of its cookie
+// signs nobody in, and clears the cookie.
+func handleLogout(a *authenticator) echo.HandlerFunc {
 	return func(c echo.Context) error {
-		c.SetCookie(&http.Cookie{Name: keyCookie, Value: "", Path: "/", HttpOnly: true, SameSite: http.SameSiteStrictMode, MaxAge: -1})
+		if ck, err := c.Cookie(signInCookie); err == nil && ck.Value != "" {
+			if err := a.m.CloseSignIn(c.Request().Context(), ck.Value); err != nil {
+				return err
+			}
+		}
+		c.SetCookie(&http.Cookie{Name: signInCookie, Value: "", Path: "/", HttpOnly: true, SameSite: http.SameSiteStrictMode, MaxAge: -1})
 		return c.Redirect(http.StatusSeeOther, "/login")
 	}
 }

@@ -47,7 +47,7 @@ func NewServer(cfg bgjobs.Config, d Deps) http.Handler {
 	e.JSONSerializer = jsonSerializer{}
 	e.Use(middleware.Recover())
 	e.Use(requestLog(log))
-	addRoutes(e, d, newAuthenticator(cfg, d.Manager.AgentOfKey, d.Manager.StoredKeyCount))
+	addRoutes(e, d, newAuthenticator(cfg, d.Manager))
 	return e
 }
 
@@ -96,7 +96,7 @@ func addRoutes(e *echo.Echo, d Deps, auth *authenticator) {
 	e.GET("/static/*", echo.WrapHandler(http.StripPrefix("/static/", web.Static())))
 	e.GET("/login", handleLoginPage())
 	e.POST("/login", handleLogin(auth))
-	e.POST("/logout", handleLogout())
+	e.POST("/logout", handleLogout(auth))
 	page := func(method, path string, h echo.HandlerFunc, m ...echo.MiddlewareFunc) {
 		e.Add(method, path, h, append([]echo.MiddlewareFunc{auth.pageAuth}, m...)...)
 	}

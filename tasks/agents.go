@@ -4,9 +4,11 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"time"
 
 	"github.com/bgjobs/bgjobs"
 	"github.com/bgjobs/bgjobs/internal/netguard"
+	"github.com/bgjobs/bgjobs/tasks/internal/registry/tenants"
 )
 
 // PutAgent stores where bgjobs reaches an agent.
@@ -99,9 +101,40 @@ func (m *Manager) RevokeKeys(ctx context.Context, agent string) (int, error) {
 	return m.tenants.RevokeKeys(ctx, agent)
 }
 
-// AgentOfKey returns the agent a stored key belongs to, or "".
-func (m *Manager) AgentOfKey(ctx context.Context, key string) (string, error) {
-	return m.tenants.AgentOfKey(ctx, key)
+// AgentOfKey returns the agent a stored key belongs to, or "", by the
+// key's SHA-256 digest (hex): what is stored, never the key.
+func (m *Manager) AgentOfKey(ctx context.Context, digest string) (string, error) {
+	return m.tenants.AgentOfKey(ctx, digest)
+}
+
+// SignIn is a console sign-in (see OpenSignIn).
+type SignIn = tenants.SignIn
+
+// signInTTL is how long a console sign-in lasts.
+const signInTTL = 7 * 24 * time.Hour
+
+// OpenSignIn records a console sign-in made with a valid key and returns
+// its token, which the browser keeps in place of the key: stored as a
+// digest, ended by CloseSignIn or after SignInTTL; the caller checks that
+// its key is still valid each time it is used.
+func (m *Manager) OpenSignIn(ctx context.Context, in SignIn) (token string, err error) {
+	var b [32]byte
+	_, _ = rand.Read(b[:])
+	token = "bgs_" + hex.EncodeToString(b[:])
+	return token, m.tenants.OpenSignIn(ctx, token, in, signInTTL)
+}
+
+// SignInTTL is how long a console sign-in lasts.
+func (m *Manager) SignInTTL() time.Duration { return signInTTL }
+
+// SignInOf returns token's sign-in; false if there is none.
+func (m *Manager) SignInOf(ctx context.Context, token string) (SignIn, bool, error) {
+	return m.tenants.SignInOf(ctx, token)
+}
+
+// CloseSignIn ends token's sign-in.
+func (m *Manager) CloseSignIn(ctx context.Context, token string) error {
+	return m.tenants.CloseSignIn(ctx, token)
 }
 
 // StoredKeyCount is how many keys are stored; a server with any requires

@@ -29,12 +29,31 @@ const xssCorpus = "# Findings\n\nPlain **bold** text.\n\n" +
 // noClient does not follow redirects, so tests see them.
 var noClient = &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
 
-func getPage(t *testing.T, method, u, cookie, key string) (*http.Response, string) {
+// signIn signs in at base with key as a browser does and returns the
+// sign-in cookie's value.
+func signIn(t *testing.T, base, key string) string {
+	t.Helper()
+	resp, err := noClient.PostForm(base+"/login", url.Values{"key": {key}})
+	require.NoError(t, err)
+	resp.Body.Close()
+	require.Equal(t, http.StatusSeeOther, resp.StatusCode)
+	for _, c := range resp.Cookies() {
+		if c.Name == "bgjobs_session" {
+			return c.Value
+		}
+	}
+	t.Fatal("no sign-in cookie")
+	return ""
+}
+
+// getPage asks for u with a sign-in cookie (session) and a bearer key,
+// each when not empty.
+func getPage(t *testing.T, method, u, session, key string) (*http.Response, string) {
 	t.Helper()
 	req, err := http.NewRequest(method, u, nil)
 	require.NoError(t, err)
-	if cookie != "" {
-		req.AddCookie(&http.Cookie{Name: "bgjobs_key", Value: cookie})
+	if session != "" {
+		req.AddCookie(&http.Cookie{Name: "bgjobs_session", Value: session})
 	}
 	if key != "" {
 		req.Header.Set("Authorization", "Bearer "+key)
@@ -59,7 +78,8 @@ func TestConsolePagesAndTheirDefences(t *testing.T) {
 	require.Equal(t, http.StatusSeeOther, resp.StatusCode, "signed out: to the sign-in page")
 	require.True(t, strings.HasPrefix(resp.Header.Get("Location"), "/login"))
 
-	// Sign in: the key becomes an HttpOnly, SameSite=Strict cookie.
+	// Sign in: an HttpOnly, SameSite=Strict cookie that holds a sign-in's
+	// token, not the key.
 	form := url.Values{"key": {"ka"}}
 	lresp, err := noClient.PostForm(base+"/login", form)
 	require.NoError(t, err)
@@ -67,13 +87,17 @@ func TestConsolePagesAndTheirDefences(t *testing.T) {
 	require.Equal(t, http.StatusSeeOther, lresp.StatusCode)
 	var ck *http.Cookie
 	for _, c := range lresp.Cookies() {
-		if c.Name == "bgjobs_key" {
+		if c.Name == "bgjobs_session" {
 			ck = c
 		}
 	}
 	require.NotNil(t, ck)
 	require.True(t, ck.HttpOnly)
 	require.Equal(t, http.SameSiteStrictMode, ck.SameSite)
+	require.NotContains(t, ck.Value, "ka")
+	sess := ck.Value
+	resp, _ = getPage(t, "GET", base+"/", "ka", "")
+	require.Equal(t, http.StatusSeeOther, resp.StatusCode, "the key itself in the cookie signs nobody in")
 	// Back where sign-in was asked from, on this server only. A client
 	// reads "/\host" and "/<tab>/host" as "//host", another site; Chromium
 	// would not follow such a redirect after a form (the console's CSP says
@@ -89,7 +113,7 @@ func TestConsolePagesAndTheirDefences(t *testing.T) {
 	bad.Body.Close()
 	require.Equal(t, http.StatusUnauthorized, bad.StatusCode)
 
-	resp, home := getPage(t, "GET", base+"/", "ka", "")
+	resp, home := getPage(t, "GET", base+"/", sess, "")
 	require.Equal(t, http.StatusOK, resp.StatusCode)
 	require.Contains(t, home, "Hostile report")
 	require.Contains(t, home, `href="/jobs/`+id+`"`, "the report card opens the report")
@@ -119,12 +143,12 @@ func TestConsolePagesAndTheirDefences(t *testing.T) {
 		_, b := a.do("GET", "/v1/batches/"+bid, nil)
 		return b["joined"] == true
 	})
-	resp, bpage := getPage(t, "GET", base+"/batches/"+bid, "ka", "")
+	resp, bpage := getPage(t, "GET", base+"/batches/"+bid, sess, "")
 	require.Equal(t, http.StatusOK, resp.StatusCode)
 	require.Contains(t, bpage, "Joined")
 	require.Contains(t, bpage, "1 completed")
 	require.Contains(t, bpage, "1 failed")
-	_, home = getPage(t, "GET", base+"/", "ka", "")
+	_, home = getPage(t, "GET", base+"/", sess, "")
 	require.Contains(t, home, `href="/batches/`+bid+`"`, "members link to their batch")
 
 	resp, _ = getPage(t, "GET", base+"/static/htmx.min.js", "", "")
@@ -138,6 +162,21 @@ func TestConsolePagesAndTheirDefences(t *testing.T) {
 	resp, mon := getPage(t, "GET", base+"/monitoring/", "", "adm")
 	require.Equal(t, http.StatusOK, resp.StatusCode)
 	require.Contains(t, strings.ToLower(mon), "<html")
+
+	// Signing out ends the sign-in on the server: a copy of its cookie,
+	// kept by whoever took it, signs nobody in any more; another sign-in
+	// of the same key is its own and goes on.
+	other := signIn(t, base, "ka")
+	resp, _ = getPage(t, "GET", base+"/v1/jobs", sess, "")
+	require.Equal(t, http.StatusOK, resp.StatusCode, "the API's reads take the cookie too (EventSource)")
+	resp, _ = getPage(t, "POST", base+"/logout", sess, "")
+	require.Equal(t, http.StatusSeeOther, resp.StatusCode)
+	resp, _ = getPage(t, "GET", base+"/", sess, "")
+	require.Equal(t, http.StatusSeeOther, resp.StatusCode, "signed out")
+	resp, _ = getPage(t, "GET", base+"/v1/jobs", sess, "")
+	require.Equal(t, http.StatusUnauthorized, resp.StatusCode)
+	resp, _ = getPage(t, "GET", base+"/", other, "")
+	require.Equal(t, http.StatusOK, resp.StatusCode, "the other sign-in stands")
 }
 
 // The console pages beyond the newest 100 and finds a job by id or text;
@@ -147,6 +186,7 @@ func TestConsolePagingSearchAndActions(t *testing.T) {
 	t.Parallel()
 	base := startServe(t, map[string]string{"BGJOBS_API_KEYS": "alpha:ka", "BGJOBS_AUTO_RESUME": "false"})
 	a := client{t: t, base: base, key: "ka"}
+	sess := signIn(t, base, "ka")
 	var ids []string
 	for i := range 120 {
 		_, j := a.do("POST", "/v1/jobs", map[string]any{"origin_session": "chat-p", "kind": "work", "description": fmt.Sprintf("Job number %03d", i),
@@ -157,27 +197,27 @@ func TestConsolePagingSearchAndActions(t *testing.T) {
 	a.waitStatus(ids[0], "completed")
 
 	rows := regexp.MustCompile(`<li id="job-`)
-	_, home := getPage(t, "GET", base+"/", "ka", "")
+	_, home := getPage(t, "GET", base+"/", sess, "")
 	require.Len(t, rows.FindAllString(home, -1), 100, "the newest 100")
 	older := regexp.MustCompile(`class="button older" href="([^"]+)"`).FindStringSubmatch(home)
 	require.NotNil(t, older, "a link to older jobs")
-	_, page2 := getPage(t, "GET", base+html.UnescapeString(older[1]), "ka", "")
+	_, page2 := getPage(t, "GET", base+html.UnescapeString(older[1]), sess, "")
 	require.Len(t, rows.FindAllString(page2, -1), 20)
 	require.Contains(t, page2, "Job number 000")
 
-	_, found := getPage(t, "GET", base+"/?q="+ids[5], "ka", "")
+	_, found := getPage(t, "GET", base+"/?q="+ids[5], sess, "")
 	require.Len(t, rows.FindAllString(found, -1), 1)
 	require.Contains(t, found, "Job number 005")
-	_, found = getPage(t, "GET", base+"/?q="+url.QueryEscape("result 01"), "ka", "")
+	_, found = getPage(t, "GET", base+"/?q="+url.QueryEscape("result 01"), sess, "")
 	require.Len(t, rows.FindAllString(found, -1), 10, "results 010–019 match by text")
-	_, none := getPage(t, "GET", base+"/?q=zebra", "ka", "")
+	_, none := getPage(t, "GET", base+"/?q=zebra", sess, "")
 	require.Contains(t, none, "No jobs match.")
 
 	// The buttons: a cross-site form with the cookie is refused; the
 	// console's own htmx request deletes.
 	post := func(hdr map[string]string) int {
 		req, _ := http.NewRequest("POST", base+"/console/jobs/"+ids[3]+"/delete", nil)
-		req.AddCookie(&http.Cookie{Name: "bgjobs_key", Value: "ka"})
+		req.AddCookie(&http.Cookie{Name: "bgjobs_session", Value: sess})
 		for k, v := range hdr {
 			req.Header.Set(k, v)
 		}
@@ -197,7 +237,7 @@ func TestConsolePagingSearchAndActions(t *testing.T) {
 	// A missing job's page is HTML for a browser.
 	req, _ := http.NewRequest("GET", base+"/jobs/bg-000000000000", nil)
 	req.Header.Set("Accept", "text/html")
-	req.AddCookie(&http.Cookie{Name: "bgjobs_key", Value: "ka"})
+	req.AddCookie(&http.Cookie{Name: "bgjobs_session", Value: sess})
 	resp, err := noClient.Do(req)
 	require.NoError(t, err)
 	b, _ := io.ReadAll(resp.Body)

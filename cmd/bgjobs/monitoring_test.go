@@ -32,7 +32,7 @@ func TestMonitoringRendersForTheAdmin(t *testing.T) {
 	// An agent's key: a page, not JSON, with the way in.
 	req, _ := http.NewRequest("GET", base+"/monitoring/", nil)
 	req.Header.Set("Accept", "text/html")
-	req.AddCookie(&http.Cookie{Name: "bgjobs_key", Value: "ka"})
+	req.AddCookie(&http.Cookie{Name: "bgjobs_session", Value: signIn(t, base, "ka")})
 	resp, err := http.DefaultClient.Do(req)
 	require.NoError(t, err)
 	page, _ := io.ReadAll(resp.Body)

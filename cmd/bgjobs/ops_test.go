@@ -122,6 +122,9 @@ func TestStoredKeys(t *testing.T) {
 	require.Equal(t, 401, code, "a stored key turns open mode off")
 	code, _ = client{t: t, base: base, key: key}.do("GET", "/v1/jobs", nil)
 	require.Equal(t, 200, code)
+	sess := signIn(t, base, key)
+	resp, _ := getPage(t, "GET", base+"/", sess, "")
+	require.Equal(t, 200, resp.StatusCode, "signed in to the console with it")
 	out, err := cli(t, srv.URL(), "keys", "revoke", "gamma")
 	require.NoError(t, err)
 	require.Contains(t, out, "revoked 1")
@@ -129,6 +132,11 @@ func TestStoredKeys(t *testing.T) {
 		code, _ := client{t: t, base: base, key: key}.do("GET", "/v1/jobs", nil)
 		return code == 401
 	})
+	// A console sign-in made with the key ends with it.
+	resp, _ = getPage(t, "GET", base+"/", sess, "")
+	require.Equal(t, http.StatusSeeOther, resp.StatusCode)
+	resp, _ = getPage(t, "GET", base+"/v1/jobs", sess, "")
+	require.Equal(t, 401, resp.StatusCode)
 }
 
 // A key made while a server runs in open mode ends open mode on that

@@ -8,6 +8,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"crypto/subtle"
+	"encoding/hex"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -44,8 +45,9 @@ type entry struct {
 }
 
 // New returns the keys of cfg, with lookup finding a stored key's agent
-// ("" if there is none) and count counting stored keys.
-func New(cfg bgjobs.Config, lookup func(ctx context.Context, key string) (string, error), count func(ctx context.Context) (int64, error)) *Keys {
+// by the key's digest (Digest; "" if there is none) and count counting
+// stored keys.
+func New(cfg bgjobs.Config, lookup func(ctx context.Context, digest string) (string, error), count func(ctx context.Context) (int64, error)) *Keys {
 	k := &Keys{count: count, stored: &storedKeys{lookup: lookup, cache: map[[32]byte]storedKey{}}}
 	k.open.Store(cfg.OpenMode())
 	for key, agent := range cfg.APIKeys {
@@ -65,12 +67,32 @@ func (k *Keys) Lookup(ctx context.Context, key string) (who Who, ok bool, err er
 		return Who{}, false, nil
 	}
 	// One digest serves both: the configured keys are held as digests, and
-	// the stored-key cache is keyed by it.
+	// stored keys are stored (and cached) by it.
+	return k.lookup(ctx, sha256.Sum256([]byte(key)))
+}
+
+// Digest is how a key is known past the request that presented it: its
+// SHA-256, in hex.
+func Digest(key string) string {
 	sum := sha256.Sum256([]byte(key))
+	return hex.EncodeToString(sum[:])
+}
+
+// LookupDigest is Lookup by a key's Digest (a console sign-in keeps the
+// digest of the key it was made with, never the key).
+func (k *Keys) LookupDigest(ctx context.Context, digest string) (who Who, ok bool, err error) {
+	var sum [32]byte
+	if n, err := hex.Decode(sum[:], []byte(digest)); err != nil || n != len(sum) {
+		return Who{}, false, nil
+	}
+	return k.lookup(ctx, sum)
+}
+
+func (k *Keys) lookup(ctx context.Context, sum [32]byte) (Who, bool, error) {
 	if who, ok := k.resolve(sum); ok {
 		return who, true, nil
 	}
-	agent, err := k.stored.get(ctx, key, sum)
+	agent, err := k.stored.get(ctx, sum)
 	if err != nil || agent == "" {
 		return Who{}, false, err
 	}
@@ -116,7 +138,7 @@ func (k *Keys) Open(ctx context.Context) bool {
 const storedKeyTTL = 5 * time.Second
 
 type storedKeys struct {
-	lookup func(ctx context.Context, key string) (string, error)
+	lookup func(ctx context.Context, digest string) (string, error)
 	mu     sync.Mutex
 	cache  map[[32]byte]storedKey
 }
@@ -126,7 +148,7 @@ type storedKey struct {
 	exp   time.Time
 }
 
-func (s *storedKeys) get(ctx context.Context, key string, id [32]byte) (string, error) {
+func (s *storedKeys) get(ctx context.Context, id [32]byte) (string, error) {
 	if s.lookup == nil {
 		return "", nil
 	}
@@ -136,7 +158,7 @@ func (s *storedKeys) get(ctx context.Context, key string, id [32]byte) (string, 
 		return e.agent, nil
 	}
 	s.mu.Unlock()
-	agent, err := s.lookup(ctx, key)
+	agent, err := s.lookup(ctx, hex.EncodeToString(id[:]))
 	if err != nil {
 		return "", err
 	}

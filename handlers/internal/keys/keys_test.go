@@ -14,9 +14,9 @@ import (
 func TestLookup(t *testing.T) {
 	t.Parallel()
 	var lookups atomic.Int32
-	stored := func(_ context.Context, key string) (string, error) {
+	stored := func(_ context.Context, digest string) (string, error) {
 		lookups.Add(1)
-		if key == "made-by-cli" {
+		if digest == Digest("made-by-cli") {
 			return "gamma", nil
 		}
 		return "", nil
@@ -42,6 +42,19 @@ func TestLookup(t *testing.T) {
 	_, _, _ = k.Lookup(ctx, "nope")
 	require.Equal(t, before, lookups.Load())
 	require.False(t, k.Open(ctx), "keys are configured")
+
+	// By digest, as a console sign-in asks: the same answers.
+	for key, want := range map[string]Who{"key-a": {Agent: "alpha"}, "adm": {Admin: true}, "made-by-cli": {Agent: "gamma"}} {
+		who, ok, err := k.LookupDigest(ctx, Digest(key))
+		require.NoError(t, err)
+		require.True(t, ok, key)
+		require.Equal(t, want, who, key)
+	}
+	for _, digest := range []string{"", "zz", Digest("nope"), Digest("adm")[:40]} {
+		_, ok, err := k.LookupDigest(ctx, digest)
+		require.NoError(t, err)
+		require.False(t, ok, "%q", digest)
+	}
 }
 
 // Open mode lasts until the first stored key appears, then ends for good.

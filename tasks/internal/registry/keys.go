@@ -38,6 +38,7 @@ import (
 //	<ns>:reports                          stream every indexable document (the search feed; never trimmed)
 //	<ns>:indexer                          string set while a search writer runs (TTL)
 //	<ns>:apikeys                          hash   SHA-256 of an agent key (hex) → agent
+//	<ns>:console:<digest>                 hash   a console sign-in, by its token's SHA-256 (hex): agent, admin ("1" or ""), key (the SHA-256 of the key it was made with); expires with its cookie
 //	<ns>:lease:<name>                     string the holder of a maintenance lease (PX)
 //	<ns>:agents                           set    registered agent names
 //	<ns>:spawners                         set    agents that have spawned a job (registered or not)
@@ -48,44 +49,47 @@ import (
 //	                                             all, so one XREAD reads them all on a cluster too)
 type Keys struct{ NS string }
 
-func (k Keys) session(tag string) string          { return k.NS + ":{" + tag + "}" }
-func (k Keys) Job(tag, id string) string          { return k.JobPrefix(tag) + id }
-func (k Keys) JobPrefix(tag string) string        { return k.session(tag) + ":job:" }
-func (k Keys) Pending(tag string) string          { return k.session(tag) + ":pending" }
-func (k Keys) SessionJobs(tag string) string      { return k.session(tag) + ":jobs" }
-func (k Keys) DrainIdem(tag, key string) string   { return k.session(tag) + ":drain:" + Digest(key) }
-func (k Keys) Took(tag, nonce string) string      { return k.session(tag) + ":took:" + nonce }
-func (k Keys) Void(tag, nonce string) string      { return k.session(tag) + ":void:" + nonce }
-func (k Keys) JobIndex() string                   { return k.NS + ":jobidx" }
-func (k Keys) jobIndexCursor() string             { return k.JobIndex() + ":cursor" }
-func (k Keys) sessionPrefix(tag string) string    { return k.session(tag) + ":" }
-func (k Keys) Outbox(tag string) string           { return k.session(tag) + ":outbox" }
-func (k Keys) Busy(tag string) string             { return k.session(tag) + ":busy" }
-func (k Keys) Held(tag string) string             { return k.session(tag) + ":held" }
-func (k Keys) batch(tag, id string) string        { return k.session(tag) + ":batch:" + id }
-func (k Keys) batchClaim(tag, id string) string   { return k.batch(tag, id) + ":claim" }
-func (k Keys) batchJobs(tag, id string) string    { return k.batch(tag, id) + ":jobs" }
-func (k Keys) batchIndex() string                 { return k.NS + ":batchidx" }
-func (k Keys) Stragglers() string                 { return k.NS + ":stragglers" }
-func (k Keys) turnBatch(tag, turn string) string  { return k.session(tag) + ":turn:" + Digest(turn) }
-func (k Keys) openTurns(tag string) string        { return k.session(tag) + ":turns" }
-func (k Keys) Reports() string                    { return k.NS + ":reports" }
-func (k Keys) IndexerAlive() string               { return k.NS + ":indexer" }
-func (k Keys) APIKeys() string                    { return k.NS + ":apikeys" }
-func (k Keys) lease(name string) string           { return k.NS + ":lease:" + name }
-func (k Keys) StormWindow(tag string) string      { return k.session(tag) + ":stormwin" }
-func (k Keys) StormQueue(tag string) string       { return k.session(tag) + ":stormq" }
-func (k Keys) Inflight(tag string) string         { return k.session(tag) + ":inflight" }
-func (k Keys) Sent(tag, messageID string) string  { return k.session(tag) + ":sent:" + messageID }
-func (k Keys) active() string                     { return k.NS + ":active" }
-func (k Keys) TurnSem() string                    { return k.NS + ":turnsem" }
-func (k Keys) Agents() string                     { return k.NS + ":agents" }
-func (k Keys) Spawners() string                   { return k.NS + ":spawners" }
-func (k Keys) Agent(agent string) string          { return k.NS + ":agent:" + agent }
-func (k Keys) AgentJobs(agent string) string      { return k.Agent(agent) + ":jobs" }
-func (k Keys) SpawnIdem(agent, key string) string { return k.Agent(agent) + ":idem:" + Digest(key) }
-func (k Keys) EventStream(agent string) string    { return k.eventsPrefix() + agent + ":stream" }
-func (k Keys) eventsPrefix() string               { return k.NS + ":events:{" + k.NS + "}:" }
+func (k Keys) session(tag string) string         { return k.NS + ":{" + tag + "}" }
+func (k Keys) Job(tag, id string) string         { return k.JobPrefix(tag) + id }
+func (k Keys) JobPrefix(tag string) string       { return k.session(tag) + ":job:" }
+func (k Keys) Pending(tag string) string         { return k.session(tag) + ":pending" }
+func (k Keys) SessionJobs(tag string) string     { return k.session(tag) + ":jobs" }
+func (k Keys) DrainIdem(tag, key string) string  { return k.session(tag) + ":drain:" + Digest(key) }
+func (k Keys) Took(tag, nonce string) string     { return k.session(tag) + ":took:" + nonce }
+func (k Keys) Void(tag, nonce string) string     { return k.session(tag) + ":void:" + nonce }
+func (k Keys) JobIndex() string                  { return k.NS + ":jobidx" }
+func (k Keys) jobIndexCursor() string            { return k.JobIndex() + ":cursor" }
+func (k Keys) sessionPrefix(tag string) string   { return k.session(tag) + ":" }
+func (k Keys) Outbox(tag string) string          { return k.session(tag) + ":outbox" }
+func (k Keys) Busy(tag string) string            { return k.session(tag) + ":busy" }
+func (k Keys) Held(tag string) string            { return k.session(tag) + ":held" }
+func (k Keys) batch(tag, id string) string       { return k.session(tag) + ":batch:" + id }
+func (k Keys) batchClaim(tag, id string) string  { return k.batch(tag, id) + ":claim" }
+func (k Keys) batchJobs(tag, id string) string   { return k.batch(tag, id) + ":jobs" }
+func (k Keys) batchIndex() string                { return k.NS + ":batchidx" }
+func (k Keys) Stragglers() string                { return k.NS + ":stragglers" }
+func (k Keys) turnBatch(tag, turn string) string { return k.session(tag) + ":turn:" + Digest(turn) }
+func (k Keys) openTurns(tag string) string       { return k.session(tag) + ":turns" }
+func (k Keys) Reports() string                   { return k.NS + ":reports" }
+func (k Keys) IndexerAlive() string              { return k.NS + ":indexer" }
+func (k Keys) APIKeys() string                   { return k.NS + ":apikeys" }
+
+// ConsoleSignIn is a console sign-in's hash, by its token's digest.
+func (k Keys) ConsoleSignIn(tokenDigest string) string { return k.NS + ":console:" + tokenDigest }
+func (k Keys) lease(name string) string                { return k.NS + ":lease:" + name }
+func (k Keys) StormWindow(tag string) string           { return k.session(tag) + ":stormwin" }
+func (k Keys) StormQueue(tag string) string            { return k.session(tag) + ":stormq" }
+func (k Keys) Inflight(tag string) string              { return k.session(tag) + ":inflight" }
+func (k Keys) Sent(tag, messageID string) string       { return k.session(tag) + ":sent:" + messageID }
+func (k Keys) active() string                          { return k.NS + ":active" }
+func (k Keys) TurnSem() string                         { return k.NS + ":turnsem" }
+func (k Keys) Agents() string                          { return k.NS + ":agents" }
+func (k Keys) Spawners() string                        { return k.NS + ":spawners" }
+func (k Keys) Agent(agent string) string               { return k.NS + ":agent:" + agent }
+func (k Keys) AgentJobs(agent string) string           { return k.Agent(agent) + ":jobs" }
+func (k Keys) SpawnIdem(agent, key string) string      { return k.Agent(agent) + ":idem:" + Digest(key) }
+func (k Keys) EventStream(agent string) string         { return k.eventsPrefix() + agent + ":stream" }
+func (k Keys) eventsPrefix() string                    { return k.NS + ":events:{" + k.NS + "}:" }
 
 // Patterns and their parsers, for the sweeps that find sessions by key.
 func (k Keys) outboxPattern() string      { return k.NS + ":{*}:outbox" }

@@ -1,6 +1,7 @@
 // Package tenants keeps who may use bgjobs and where it reaches them: each
-// agent's configuration and the digests of the agent keys made with
-// `bgjobs keys create`. Keys come from registry.Keys.
+// agent's configuration, the digests of the agent keys made with
+// `bgjobs keys create`, and the console's sign-ins. Keys come from
+// registry.Keys.
 package tenants
 
 import (
@@ -11,6 +12,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 
@@ -91,13 +93,55 @@ func (s *Store) RevokeKeys(ctx context.Context, agent string) (int, error) {
 	return len(gone), nil
 }
 
-// AgentOfKey returns the agent a stored key belongs to, or "".
-func (s *Store) AgentOfKey(ctx context.Context, key string) (string, error) {
-	a, err := s.rdb.HGet(ctx, s.k.APIKeys(), KeyDigest(key)).Result()
+// AgentOfKey returns the agent of the stored key whose digest (KeyDigest)
+// is given, or "".
+func (s *Store) AgentOfKey(ctx context.Context, digest string) (string, error) {
+	a, err := s.rdb.HGet(ctx, s.k.APIKeys(), digest).Result()
 	if errors.Is(err, redis.Nil) {
 		return "", nil
 	}
 	return a, registry.Unavailable("check key", err)
+}
+
+// SignIn is a console sign-in: who it acts for, and the digest of the key
+// it was made with, which must still be valid for it to be.
+type SignIn struct {
+	Agent     string
+	Admin     bool
+	KeyDigest string
+}
+
+// OpenSignIn stores a sign-in under token's digest for ttl.
+func (s *Store) OpenSignIn(ctx context.Context, token string, in SignIn, ttl time.Duration) error {
+	key := s.k.ConsoleSignIn(KeyDigest(token))
+	admin := ""
+	if in.Admin {
+		admin = "1"
+	}
+	_, err := s.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
+		p.HSet(ctx, key, "agent", in.Agent, "admin", admin, "key", in.KeyDigest)
+		p.Expire(ctx, key, ttl)
+		return nil
+	})
+	return registry.Unavailable("sign in", err)
+}
+
+// SignInOf returns the sign-in of token; false if there is none (never
+// made, signed out, expired).
+func (s *Store) SignInOf(ctx context.Context, token string) (SignIn, bool, error) {
+	f, err := s.rdb.HGetAll(ctx, s.k.ConsoleSignIn(KeyDigest(token))).Result()
+	if err != nil {
+		return SignIn{}, false, registry.Unavailable("read sign-in", err)
+	}
+	if f["key"] == "" {
+		return SignIn{}, false, nil
+	}
+	return SignIn{Agent: f["agent"], Admin: f["admin"] == "1", KeyDigest: f["key"]}, true, nil
+}
+
+// CloseSignIn ends token's sign-in.
+func (s *Store) CloseSignIn(ctx context.Context, token string) error {
+	return registry.Unavailable("sign out", s.rdb.Del(ctx, s.k.ConsoleSignIn(KeyDigest(token))).Err())
 }
 
 // KeyCount is how many agent keys are stored.
