@@ -652,7 +652,7 @@ func TestPastItsShareAJobWaitsForAFreedSlot(t *testing.T) {
 				for i := range n {
 					req := echoSpawn("chat-1", fmt.Sprint(i), 0, false)
 					if hold {
-						req = echoSpawn("chat-1", fmt.Sprint(i), 3000, false)
+						req = echoSpawn("chat-1", fmt.Sprint(i), int(holdFor.Milliseconds()), false)
 					}
 					if kind == bgjobs.KindTurn {
 						req = SpawnRequest{OriginSession: "chat-1", Kind: bgjobs.KindTurn, Description: "t", Prompt: fmt.Sprint(hold)}
@@ -673,7 +673,7 @@ func TestPastItsShareAJobWaitsForAFreedSlot(t *testing.T) {
 			testenv.Eventually(t, 45*time.Second, "every job of the busy agent completed", func() bool {
 				return b.statusCounts(t, "busy", append(busy, more...))[bgjobs.StatusCompleted] == 7
 			})
-			t.Logf("five jobs parked behind two of 3 s completed %s after their spawn", time.Since(start).Round(time.Millisecond))
+			t.Logf("five jobs parked behind two of %s completed %s after their spawn", holdFor, time.Since(start).Round(time.Millisecond))
 			require.Less(t, time.Since(start), time.Minute, "brought back by freed slots, not by their waits")
 			require.Zero(t, lot.Parked())
 			for _, id := range more {
@@ -721,8 +721,13 @@ func TestATurnEndingElsewhereBringsBackAParkedTurn(t *testing.T) {
 	require.Less(t, time.Since(start), time.Minute, "brought back by the other process's news, not by their waits")
 }
 
-// heldTurns holds a turn whose prompt is "true" for 3 s and answers any
-// other at once.
+// holdFor is how long the share's holders run in the parking tests: long
+// enough for a loaded machine to fetch and park the other jobs meanwhile,
+// well short of the parked jobs' minute-long waits.
+const holdFor = 8 * time.Second
+
+// heldTurns holds a turn whose prompt is "true" for holdFor and answers
+// any other at once.
 type heldTurns struct{}
 
 func (heldTurns) RunTurn(ctx context.Context, t bgjobs.Turn) (string, error) {
@@ -730,7 +735,7 @@ func (heldTurns) RunTurn(ctx context.Context, t bgjobs.Turn) (string, error) {
 		select {
 		case <-ctx.Done():
 			return "", ctx.Err()
-		case <-time.After(3 * time.Second):
+		case <-time.After(holdFor):
 		}
 	}
 	return "report for " + t.JobID, nil
