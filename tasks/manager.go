@@ -82,11 +82,13 @@ type Manager struct {
 	// turnsParked: turns this process sent back, their agent holding its
 	// share of the turn cap.
 	turnsParked *parking.Lot
-	workParked  *parking.Lot
-	workShare   *workshare.Slots
-	stragglers  *stragglers.Set
-	now         func() time.Time
-	log         *slog.Logger
+	// asynqKeys moves tasks on asynq's own keys (a parked task back).
+	asynqKeys  *reclaim.Store
+	workParked *parking.Lot
+	workShare  *workshare.Slots
+	stragglers *stragglers.Set
+	now        func() time.Time
+	log        *slog.Logger
 }
 
 // NewManager returns a running Manager on rdb. The caller owns rdb and
@@ -127,6 +129,7 @@ func NewManager(rdb redis.UniversalClient, cfg bgjobs.Config, d Deps) *Manager {
 		stragglers: strag, idem: idem.New(rdb, store.Keys(), store.Lookup),
 		turnCap: turncap.New(rdb, store.Keys(), cfg.TurnConcurrency, cfg.TurnShare, cfg.PollInterval, lone.Is, d.Now, d.Logger),
 	}
+	m.asynqKeys = reclaim.New(rdb)
 	m.turnsParked = parking.New("turn", func(id string) error { return m.runNow(engine.QueueTurns, id) })
 	w.Heard(m.turnFreedTopic(), m.turnsParked.Free)
 	m.workParked = parking.New("work", func(id string) error { return m.runNow(engine.QueueWork, id) })
@@ -141,10 +144,11 @@ func (m *Manager) turnFreedTopic() string { return "turn-freed:" + m.cfg.Namespa
 // runNow brings a parked task back to its queue and wakes the fetches held
 // on that queue.
 func (m *Manager) runNow(queue, id string) error {
-	if err := m.eng.RunNow(queue, id); err != nil {
+	q := m.eng.Queue(queue)
+	if err := m.asynqKeys.Unpark(context.Background(), q, id, m.now()); err != nil {
 		return err
 	}
-	m.writer.AnnounceQueue(m.eng.Queue(queue))
+	m.writer.AnnounceQueue(q)
 	return nil
 }
 

@@ -281,33 +281,3 @@ func (e *Engine) LiveTaskIDs() (map[string]bool, error) {
 	}
 	return live, nil
 }
-
-// Answers of RunNow besides nil.
-var (
-	// ErrTaskGone: no such task any more (its job was cancelled, deleted).
-	ErrTaskGone = errors.New("task gone")
-	// ErrTaskQueued: the task is back in its queue already.
-	ErrTaskQueued = errors.New("task queued already")
-	// ErrTaskRunning: a worker holds the task (it may be on its way back
-	// to its queue: asynq moves it a moment after its handler returns).
-	ErrTaskRunning = errors.New("task running")
-)
-
-// RunNow moves a task waiting to be retried (or scheduled) in base's queue
-// to the end of that queue, so the next free worker takes it.
-func (e *Engine) RunNow(base, id string) error {
-	err := e.insp.RunTask(e.Queue(base), id)
-	switch {
-	case err == nil:
-		return nil
-	case errors.Is(err, asynq.ErrTaskNotFound), errors.Is(err, asynq.ErrQueueNotFound):
-		return ErrTaskGone
-	// asynq names these two only in its message (an internal error code
-	// the pinned version does not export); TestRunNow fences the words.
-	case strings.Contains(err.Error(), "already in pending state"):
-		return ErrTaskQueued
-	case strings.Contains(err.Error(), "already running"):
-		return ErrTaskRunning
-	}
-	return err
-}

@@ -20,6 +20,7 @@ import (
 
 	"github.com/bgjobs/bgjobs/metrics"
 	"github.com/bgjobs/bgjobs/tasks/internal/engine"
+	"github.com/bgjobs/bgjobs/tasks/internal/registry/reclaim"
 )
 
 // Waits of a task sent back: the first, doubled each time after, up to the
@@ -48,7 +49,7 @@ type entry struct {
 // Lot is one share's parked tasks on this process.
 type Lot struct {
 	share string
-	run   func(id string) error // engine.Engine.RunNow on the share's queue
+	run   func(id string) error // reclaim.Store.Unpark on the share's queue
 	first time.Duration
 	most  time.Duration
 
@@ -116,18 +117,17 @@ func (l *Lot) Free(agent string) {
 			return
 		}
 		switch err := l.run(id); {
-		case err == nil:
-			return
-		case errors.Is(err, engine.ErrTaskRunning):
+		case err == nil, errors.Is(err, reclaim.ErrTaskQueued):
+			return // back in its queue (the queued one: its wait ran out)
+		case errors.Is(err, reclaim.ErrTaskRunning):
 			// Sent back a moment ago and not yet in the retry set, or
 			// running elsewhere: it keeps a place, at the end.
 			l.reline(id)
 			relined = id
-		case errors.Is(err, engine.ErrTaskGone):
-			l.Took(id)
+		case errors.Is(err, reclaim.ErrTaskGone), errors.Is(err, reclaim.ErrTaskNotWaiting):
+			l.Took(id) // ended, archived: nothing to bring back
 		default:
-			// Queued already (its wait ran out), or Redis did not answer:
-			// its wait brings it back either way.
+			return // Redis did not answer: the waits bring tasks back
 		}
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/bgjobs/bgjobs/tasks/internal/engine"
+	"github.com/bgjobs/bgjobs/tasks/internal/registry/reclaim"
 )
 
 var errFull = fmt.Errorf("%w: share full", engine.ErrLater)
@@ -43,8 +44,8 @@ func TestLot(t *testing.T) {
 	}
 	require.Equal(t, First, wait(t, l.Park("b", "b1", errFull)))
 	l.Took("a1") // fetched at its wait's end and given a slot
-	answers["a2"] = engine.ErrTaskGone
-	answers["a3"] = engine.ErrTaskRunning
+	answers["a2"] = reclaim.ErrTaskGone
+	answers["a3"] = reclaim.ErrTaskRunning
 	l.Free("a")
 	require.Equal(t, []string{"a2", "a3", "a4"}, ran, "a1 took a slot, a2 is gone, a3 not yet back: a4 comes")
 	require.Equal(t, 4, l.Parked(), "a3, a4 (brought back, remembered until it takes a slot), a5 and b1")
@@ -59,7 +60,7 @@ func TestLot(t *testing.T) {
 	l.Free("a")
 	require.Empty(t, ran, "nothing of a's is parked")
 
-	answers["b1"] = engine.ErrTaskRunning
+	answers["b1"] = reclaim.ErrTaskRunning
 	l.Free("b")
 	require.Equal(t, []string{"b1"}, ran, "a lone task still on its way is tried once")
 	answers["b1"] = nil

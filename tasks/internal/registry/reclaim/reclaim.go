@@ -1,9 +1,11 @@
 // Package reclaim finds and re-queues the tasks a dead worker left active
-// in asynq, on asynq's own keys.
+// in asynq, and brings a parked task (one sent back past its agent's share)
+// back to its queue at once, on asynq's own keys.
 package reclaim
 
 import (
 	"context"
+	"errors"
 	"strconv"
 	"time"
 
@@ -28,7 +30,8 @@ func New(rdb redis.UniversalClient) *Store { return &Store{rdb: rdb} }
 //	asynq:{<queue>}:active   list  ids of tasks being worked on
 //	asynq:{<queue>}:lease    zset  id → lease expiry (unix seconds)
 //	asynq:{<queue>}:pending  list  ids waiting for a worker (dequeued from the right)
-//	asynq:{<queue>}:t:<id>   hash  the task; field state
+//	asynq:{<queue>}:retry    zset  id → when it is tried again (unix seconds)
+//	asynq:{<queue>}:t:<id>   hash  the task; fields state, pending_since
 
 func asynqKey(queue, name string) string { return "asynq:{" + queue + "}:" + name }
 
@@ -88,4 +91,67 @@ func (s *Store) RequeueOrphan(ctx context.Context, queue, id string, now time.Ti
 		pipeline.Announce(ctx, s.rdb, keys[2])
 	}
 	return n == 1, registry.Unavailable("requeue orphan", err)
+}
+
+// unparkCmd brings a task waiting in its queue's retry set to the end of
+// its queue at once, as asynq's forwarder does when its time comes; only a
+// task still waiting there, so a stale word never runs an ended or
+// archived task again.
+//
+// KEYS[1] -> asynq:{<queue>}:retry
+// KEYS[2] -> asynq:{<queue>}:pending
+// KEYS[3] -> asynq:{<queue>}:t:<id>
+// ARGV[1] -> task id
+// ARGV[2] -> now (unix ns): the task's pending_since
+//
+// Returns 1 if moved; 2 if it is in its queue already; -1 if it is active
+// (sent back a moment ago, not yet in the retry set, or running); -2 if
+// there is no such task; 0 for any other state (ended, archived,
+// scheduled).
+var unparkCmd = redis.NewScript(`
+local state = redis.call('HGET', KEYS[3], 'state')
+if not state then return -2 end
+if state == 'active' then return -1 end
+if state == 'pending' then return 2 end
+if state ~= 'retry' or redis.call('ZREM', KEYS[1], ARGV[1]) == 0 then return 0 end
+redis.call('LPUSH', KEYS[2], ARGV[1])
+redis.call('HSET', KEYS[3], 'state', 'pending', 'pending_since', ARGV[2])
+return 1
+`)
+
+// Answers of Unpark besides nil.
+var (
+	// ErrTaskQueued: the task is in its queue already.
+	ErrTaskQueued = errors.New("task queued already")
+	// ErrTaskRunning: a worker holds the task (it may be on its way to the
+	// retry set: asynq moves it a moment after its handler returns).
+	ErrTaskRunning = errors.New("task running")
+	// ErrTaskGone: no such task (its job ended and the task went, or it
+	// was cancelled or deleted).
+	ErrTaskGone = errors.New("task gone")
+	// ErrTaskNotWaiting: the task is neither waiting to be retried nor
+	// queued (archived, scheduled).
+	ErrTaskNotWaiting = errors.New("task not waiting")
+)
+
+// Unpark brings task id of queue, waiting in the retry set, to the end of
+// its queue now (unparkCmd). It wakes no fetch: the caller announces the
+// queue.
+func (s *Store) Unpark(ctx context.Context, queue, id string, now time.Time) error {
+	keys := []string{asynqKey(queue, "retry"), asynqKey(queue, "pending"), asynqKey(queue, "t:"+id)}
+	n, err := unparkCmd.Run(ctx, s.rdb, keys, id, now.UnixNano()).Int()
+	if err != nil {
+		return registry.Unavailable("unpark", err)
+	}
+	switch n {
+	case 1:
+		return nil
+	case 2:
+		return ErrTaskQueued
+	case -1:
+		return ErrTaskRunning
+	case -2:
+		return ErrTaskGone
+	}
+	return ErrTaskNotWaiting
 }
