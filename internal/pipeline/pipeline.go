@@ -107,7 +107,7 @@ func New(rdb redis.UniversalClient, log *slog.Logger) *Writer {
 	if log == nil {
 		log = slog.Default()
 	}
-	return &Writer{rdb: rdb, log: log, sync: make(chan *request, 4*syncMax), async: make(chan Op, 4*asyncMax)}
+	return &Writer{rdb: rdb, log: log, sync: make(chan *request, 4*syncMax), async: make(chan Op, 4*asyncMax), tellers: newTellers()}
 }
 
 // Start runs the writer's loops until Stop. ctx is not used to stop them:

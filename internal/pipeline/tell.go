@@ -23,16 +23,22 @@ import (
 const tellMark = "\x00"
 
 type tellers struct {
+	self  string // names this process among the fleet's
 	mu    sync.RWMutex
-	self  string
 	heard map[string]func(msg string)
+}
+
+func newTellers() tellers {
+	b := make([]byte, 8)
+	_, _ = rand.Read(b)
+	return tellers{self: hex.EncodeToString(b), heard: map[string]func(string){}}
 }
 
 // Tell sends msg on topic to every other process that listens (a running
 // worker: see FetchWaits), on the follow-up lane. Nothing is kept for a
 // process that is not listening.
 func (w *Writer) Tell(topic, msg string) {
-	payload := tellMark + topic + tellMark + w.tellers.sender() + tellMark + msg
+	payload := tellMark + topic + tellMark + w.tellers.self + tellMark + msg
 	w.add(func(ctx context.Context, p redis.Pipeliner) { p.Publish(ctx, wakeChannel, payload) })
 }
 
@@ -43,9 +49,6 @@ func (w *Writer) Heard(topic string, fn func(msg string)) {
 	t := &w.tellers
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	if t.heard == nil {
-		t.heard = map[string]func(string){}
-	}
 	t.heard[topic] = fn
 }
 
@@ -58,7 +61,7 @@ func (t *tellers) told(payload string) (ok bool) {
 	}
 	topic, rest, _ := strings.Cut(rest, tellMark)
 	sender, msg, _ := strings.Cut(rest, tellMark)
-	if sender == t.sender() {
+	if sender == t.self {
 		return true
 	}
 	t.mu.RLock()
@@ -68,16 +71,4 @@ func (t *tellers) told(payload string) (ok bool) {
 		fn(msg)
 	}
 	return true
-}
-
-// sender names this Writer among the processes of a fleet.
-func (t *tellers) sender() string {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	if t.self == "" {
-		b := make([]byte, 8)
-		_, _ = rand.Read(b)
-		t.self = hex.EncodeToString(b)
-	}
-	return t.self
 }
