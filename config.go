@@ -69,6 +69,10 @@ type Config struct {
 	APIKeys map[string]string
 	// AdminKey may act for any agent and manage agents. Empty: no admin.
 	AdminKey string
+	// MetricsKey (BGJOBS_METRICS_KEY), when set, is the bearer key
+	// /metrics asks of a scraper (the admin key is taken too). Empty:
+	// /metrics is open, as Prometheus scrapes by default.
+	MetricsKey string
 	// TurnConcurrency caps turn jobs running at once across all processes.
 	// Defaults to TurnConcurrencyDefault.
 	TurnConcurrency int
@@ -319,11 +323,12 @@ func IsLoopbackAddr(addr string) bool {
 // pass their own map instead of mutating the process environment.
 func Load(getenv func(string) string) (Config, error) {
 	c := Config{
-		Addr:      getenv("BGJOBS_ADDR"),
-		RedisURL:  getenv("REDIS_URL"),
-		DataDir:   getenv("BGJOBS_DATA_DIR"),
-		AdminKey:  getenv("BGJOBS_ADMIN_KEY"),
-		Namespace: getenv("BGJOBS_NAMESPACE"),
+		Addr:       getenv("BGJOBS_ADDR"),
+		RedisURL:   getenv("REDIS_URL"),
+		DataDir:    getenv("BGJOBS_DATA_DIR"),
+		AdminKey:   getenv("BGJOBS_ADMIN_KEY"),
+		MetricsKey: getenv("BGJOBS_METRICS_KEY"),
+		Namespace:  getenv("BGJOBS_NAMESPACE"),
 	}
 	c.FetchAllow = hostList(getenv("BGJOBS_FETCH_ALLOW"))
 	c.AgentAllow = hostList(getenv("BGJOBS_AGENT_ALLOW"))

@@ -2,6 +2,8 @@ package handlers
 
 import (
 	"context"
+	"crypto/sha256"
+	"crypto/subtle"
 	"net/http"
 	"strings"
 
@@ -46,10 +48,43 @@ func setCaller(c echo.Context, who caller) {
 type authenticator struct {
 	*keys.Keys
 	m *tasks.Manager
+	// metricsKeys are the digests of the keys /metrics takes (the metrics
+	// key and the admin key); none when no metrics key is set.
+	metricsKeys [][32]byte
 }
 
 func newAuthenticator(cfg bgjobs.Config, m *tasks.Manager) *authenticator {
-	return &authenticator{keys.New(cfg, m.AgentOfKey, m.StoredKeyCount), m}
+	a := &authenticator{Keys: keys.New(cfg, m.AgentOfKey, m.StoredKeyCount), m: m}
+	if cfg.MetricsKey != "" {
+		a.metricsKeys = append(a.metricsKeys, sha256.Sum256([]byte(cfg.MetricsKey)))
+		if cfg.AdminKey != "" {
+			a.metricsKeys = append(a.metricsKeys, sha256.Sum256([]byte(cfg.AdminKey)))
+		}
+	}
+	return a
+}
+
+// scraperAuth admits a /metrics scrape by its bearer key when keys (their
+// digests) are given, compared in constant time against each of them.
+func scraperAuth(keys [][32]byte) echo.MiddlewareFunc {
+	return func(next echo.HandlerFunc) echo.HandlerFunc {
+		return func(c echo.Context) error {
+			if len(keys) == 0 {
+				return next(c)
+			}
+			key, _ := strings.CutPrefix(c.Request().Header.Get("Authorization"), "Bearer ")
+			sum := sha256.Sum256([]byte(strings.TrimSpace(key)))
+			ok := 0
+			for _, k := range keys {
+				ok |= subtle.ConstantTimeCompare(sum[:], k[:])
+			}
+			if ok != 1 {
+				c.Response().Header().Set("WWW-Authenticate", `Bearer realm="bgjobs metrics"`)
+				return bgjobs.Errorf(bgjobs.EUnauthenticated, "/metrics needs BGJOBS_METRICS_KEY (or the admin key) as Authorization: Bearer <key>")
+			}
+			return next(c)
+		}
+	}
 }
 
 // callerOf finds who a request acts for: its bearer key or, on a safe

@@ -60,7 +60,7 @@ func addRoutes(e *echo.Echo, d Deps, auth *authenticator) {
 	e.GET("/healthz", handleHealthz())
 	e.GET("/openapi.json", openapi.Handler())
 	if d.Metrics != nil {
-		e.GET("/metrics", echo.WrapHandler(d.Metrics))
+		e.GET("/metrics", echo.WrapHandler(d.Metrics), scraperAuth(auth.metricsKeys))
 	}
 	if d.MCP != nil {
 		e.Match([]string{http.MethodGet, http.MethodPost, http.MethodDelete}, "/mcp", echo.WrapHandler(errshape.Plain(d.MCP)), auth.middleware)

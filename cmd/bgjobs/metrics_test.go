@@ -60,3 +60,33 @@ func TestMetricsReflectTheRun(t *testing.T) {
 	require.Equal(t, 3.0, delta(`bgjobs_drain_notifications_sum`), "of three notifications")
 	require.Contains(t, after, "asynq_tasks_enqueued_total", "asynq's queue collector is served too")
 }
+
+// With BGJOBS_METRICS_KEY set, a scrape needs it (or the admin key) as its
+// bearer key; an agent's key, a wrong one or none is a JSON 401.
+func TestMetricsKey(t *testing.T) {
+	t.Parallel()
+	base := startServe(t, map[string]string{"BGJOBS_METRICS_KEY": "mk", "BGJOBS_ADMIN_KEY": "adm", "BGJOBS_API_KEYS": "alpha:ka"})
+	get := func(key string) (int, string) {
+		req, err := http.NewRequest("GET", base+"/metrics", nil)
+		require.NoError(t, err)
+		if key != "" {
+			req.Header.Set("Authorization", "Bearer "+key)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		require.NoError(t, err)
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	for _, key := range []string{"", "ka", "mk2", "m"} {
+		code, body := get(key)
+		require.Equal(t, http.StatusUnauthorized, code, "key %q", key)
+		require.Contains(t, body, `"code":"unauthenticated"`)
+		require.Contains(t, body, "BGJOBS_METRICS_KEY")
+	}
+	for _, key := range []string{"mk", "adm"} {
+		code, body := get(key)
+		require.Equal(t, http.StatusOK, code, "key %q", key)
+		require.Contains(t, body, "bgjobs_jobs_spawned_total")
+	}
+}

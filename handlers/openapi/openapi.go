@@ -116,7 +116,7 @@ func Document() map[string]any {
 	paths := obj{
 		"/healthz":                    obj{"get": obj{"summary": "The process is up", "responses": obj{"200": resp("up", object(obj{"status": str()}))}}},
 		"/readyz":                     obj{"get": obj{"summary": "Redis answers", "responses": obj{"200": resp("ready", object(obj{"status": str()})), "503": obj{"$ref": "#/components/responses/Error"}}}},
-		"/metrics":                    obj{"get": obj{"summary": "Prometheus metrics", "responses": obj{"200": obj{"description": "text exposition format"}}}},
+		"/metrics":                    obj{"get": obj{"summary": "Prometheus metrics; with BGJOBS_METRICS_KEY set, its bearer key or the admin key", "responses": obj{"200": obj{"description": "text exposition format"}, "401": obj{"$ref": "#/components/responses/Error"}}}},
 		"/":                           htmlPage("The console: the agent's jobs (?agent= for the admin), 100 a page (?cursor=), search (?q= an id or text), live"),
 		"/console/jobs/{id}":          htmlPage("One job's row in the console (htmx, live updates)"),
 		"/console/jobs/{id}/{action}": obj{"post": htmlGet("A console button: cancel, retry or delete (htmx from the console's own origin only); answers with the row")},
