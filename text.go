@@ -1,5 +1,18 @@
 package bgjobs
 
+import "time"
+
+// SpawnMessage is what a spawn answers the model, over HTTP and MCP alike:
+// the job is under way (or when it will start), and its result will come
+// by itself.
+func SpawnMessage(j *Job) string {
+	const trust = ". You will be notified when it completes — do NOT poll, check, or spawn a duplicate; continue with other work."
+	if !j.RunAt.IsZero() {
+		return "Background agent scheduled: " + j.ID + ", to start at " + j.RunAt.UTC().Format(time.RFC3339) + trust
+	}
+	return "Background agent started: " + j.ID + trust
+}
+
 // CutRunes returns s cut to at most n runes (never in the middle of one).
 func CutRunes(s string, n int) string {
 	if len(s) <= n {

@@ -99,6 +99,10 @@ type SpawnRequest struct {
 	// (a batch, sealed when the session goes idle or shortly after the
 	// turn's last spawn).
 	TurnID string `json:"turn_id,omitempty"`
+	// StartInS, up to 2592000 (30 days), starts the job that many seconds
+	// from now instead of at once (Spawn only: a batch's jobs start
+	// together). Not with WaitMS or TurnID.
+	StartInS int `json:"start_in_s,omitempty"`
 	// IdempotencyKey, when set, returns the first job for a repeat.
 	IdempotencyKey string `json:"-"`
 }
@@ -116,23 +120,26 @@ type Spawned struct {
 
 // Job is a job row.
 type Job struct {
-	ID            string     `json:"id"`
-	Agent         string     `json:"agent"`
-	OriginSession string     `json:"origin_session"`
-	Kind          string     `json:"kind"`
-	SubagentType  string     `json:"subagent_type,omitempty"`
-	Description   string     `json:"description"`
-	Status        string     `json:"status"`
-	Result        *string    `json:"result"`
-	Error         *string    `json:"error"`
-	Notified      bool       `json:"notified"`
-	BatchID       *string    `json:"batch_id"`
-	Incognito     bool       `json:"incognito"`
-	Attempts      int        `json:"attempts"`
-	ReportIndexed bool       `json:"report_indexed"`
-	CreatedAt     time.Time  `json:"created_at"`
-	StartedAt     *time.Time `json:"started_at"`
-	CompletedAt   *time.Time `json:"completed_at"`
+	ID            string    `json:"id"`
+	Agent         string    `json:"agent"`
+	OriginSession string    `json:"origin_session"`
+	Kind          string    `json:"kind"`
+	SubagentType  string    `json:"subagent_type,omitempty"`
+	Description   string    `json:"description"`
+	Status        string    `json:"status"`
+	Result        *string   `json:"result"`
+	Error         *string   `json:"error"`
+	Notified      bool      `json:"notified"`
+	BatchID       *string   `json:"batch_id"`
+	Incognito     bool      `json:"incognito"`
+	Attempts      int       `json:"attempts"`
+	ReportIndexed bool      `json:"report_indexed"`
+	CreatedAt     time.Time `json:"created_at"`
+	// RunAt is set for a job spawned with StartInS: when it starts (to
+	// within a second).
+	RunAt       *time.Time `json:"run_at,omitempty"`
+	StartedAt   *time.Time `json:"started_at"`
+	CompletedAt *time.Time `json:"completed_at"`
 }
 
 // Notification is one result handed over by a drain.

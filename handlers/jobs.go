@@ -23,6 +23,7 @@ type spawnBody struct {
 	Work          *bgjobs.WorkSpec `json:"work"`
 	WaitMS        int64            `json:"wait_ms"`
 	TurnID        string           `json:"turn_id"`
+	StartInS      int64            `json:"start_in_s"`
 }
 
 type spawnResponse struct {
@@ -32,17 +33,16 @@ type spawnResponse struct {
 	Message string        `json:"message"`
 }
 
-// spawnMessage is the contract the model reads: trust the notification.
-func spawnMessage(id string) string {
-	return "Background agent started: " + id + ". You will be notified when it completes — do NOT poll, check, or spawn a duplicate; continue with other work."
-}
-
 func (b spawnBody) request(agent, idemKey string) (tasks.SpawnRequest, error) {
 	wait, err := bgjobs.Within("wait_ms", b.WaitMS, time.Millisecond, tasks.WaitMax)
 	if err != nil {
 		return tasks.SpawnRequest{}, err
 	}
-	return tasks.SpawnRequest{Wait: wait,
+	startIn, err := bgjobs.Within("start_in_s", b.StartInS, time.Second, tasks.StartInMax)
+	if err != nil {
+		return tasks.SpawnRequest{}, err
+	}
+	return tasks.SpawnRequest{Wait: wait, StartIn: startIn,
 		Agent: agent, OriginSession: b.OriginSession, Kind: bgjobs.Kind(b.Kind),
 		SubagentType: b.SubagentType, Description: b.Description, Prompt: b.Prompt,
 		Work: b.Work, Incognito: b.Incognito, IdempotencyKey: idemKey, TurnID: b.TurnID,
@@ -82,7 +82,7 @@ func handleSpawn(m *tasks.Manager) echo.HandlerFunc {
 		if existed {
 			status = http.StatusOK
 		}
-		return c.JSON(status, spawnResponse{ID: j.ID, Status: j.Status, BatchID: j.BatchID, Message: spawnMessage(j.ID)})
+		return c.JSON(status, spawnResponse{ID: j.ID, Status: j.Status, BatchID: j.BatchID, Message: bgjobs.SpawnMessage(j)})
 	}
 }
 

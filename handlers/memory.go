@@ -128,7 +128,7 @@ func handleKnowledge(m *tasks.Manager, mem Memory) echo.HandlerFunc {
 				}
 				return err
 			}
-			return c.JSON(http.StatusAccepted, spawnResponse{ID: j.ID, Status: j.Status, BatchID: j.BatchID, Message: spawnMessage(j.ID)})
+			return c.JSON(http.StatusAccepted, spawnResponse{ID: j.ID, Status: j.Status, BatchID: j.BatchID, Message: bgjobs.SpawnMessage(j)})
 		}
 		texts, single := b.Documents, b.Documents == nil
 		switch {

@@ -45,6 +45,7 @@ type SpawnInput struct {
 	WaitMS         int64  `json:"wait_ms,omitempty" jsonschema:"wait up to this many milliseconds (at most 120000): a job that ends in time returns its result here and is not notified again"`
 	IdempotencyKey string `json:"idempotency_key,omitempty" jsonschema:"repeat a spawn after a transport error with the same key: you get the first job back, not a second one"`
 	TurnID         string `json:"turn_id,omitempty" jsonschema:"your current turn: the jobs one turn spawns come back in one briefing. Defaults to this MCP session's spawns within a few seconds of each other"`
+	StartInS       int64  `json:"start_in_s,omitempty" jsonschema:"start the job this many seconds from now (at most 2592000, 30 days) instead of at once: a follow-up for later. It stands alone (no turn_id, no wait_ms)"`
 }
 
 // SpawnOutput is what spawn_background started.
@@ -113,6 +114,7 @@ type JobStatus struct {
 	Error        *string       `json:"error,omitempty"`
 	Note         string        `json:"note,omitempty"`
 	CreatedAt    time.Time     `json:"created_at"`
+	RunAt        *time.Time    `json:"run_at,omitempty" jsonschema:"when a job spawned with start_in_s starts (to within a second)"`
 	StartedAt    *time.Time    `json:"started_at,omitempty"`
 	CompletedAt  *time.Time    `json:"completed_at,omitempty"`
 }
@@ -168,6 +170,9 @@ func statusOf(j *bgjobs.Job) JobStatus {
 	s := JobStatus{JobID: j.ID, Description: j.Description, Status: j.Status, Kind: j.Kind, SubagentType: j.SubagentType,
 		BatchID: j.BatchID, Progress: j.Progress, Attempts: j.Attempts, Delivered: j.Notified,
 		CreatedAt: j.CreatedAt, StartedAt: j.StartedAt, CompletedAt: j.CompletedAt}
+	if !j.RunAt.IsZero() {
+		s.RunAt = &j.RunAt
+	}
 	switch {
 	case !j.Status.Terminal():
 		s.Note = "Still " + string(j.Status) + ". You will be notified when it ends — do NOT poll."
@@ -226,7 +231,10 @@ func NewServer(ctx context.Context, m *tasks.Manager, mem Recaller, agent string
 				return a, err
 			}
 			req.IdempotencyKey, req.TurnID = in.IdempotencyKey, in.TurnID
-			if req.TurnID == "" && in.WaitMS == 0 && call != nil && call.Session != nil && call.Session.ID() != "" {
+			if req.StartIn, err = bgjobs.Within("start_in_s", in.StartInS, time.Second, tasks.StartInMax); err != nil {
+				return a, err
+			}
+			if req.TurnID == "" && in.WaitMS == 0 && req.StartIn == 0 && call != nil && call.Session != nil && call.Session.ID() != "" {
 				// One MCP session's spawns close together are one turn (a
 				// waited-for job is handed over in the call instead).
 				req.TurnID = "mcp:" + call.Session.ID()
@@ -240,7 +248,7 @@ func NewServer(ctx context.Context, m *tasks.Manager, mem Recaller, agent string
 			}
 			a.out = SpawnOutput{JobID: j.ID, Status: j.Status, BatchID: j.BatchID, Delivered: delivered}
 			if !delivered {
-				a.text = fmt.Sprintf("Background agent started: %s. You will be notified when it completes — do NOT poll, check, or spawn a duplicate; continue with other work.", j.ID)
+				a.text = bgjobs.SpawnMessage(j)
 				return a, nil
 			}
 			a.out.Result, a.out.Error = j.Result, j.Error

@@ -1086,3 +1086,50 @@ func TestCancelReachesWhatTheJobSpawned(t *testing.T) {
 	require.Equal(t, bgjobs.EConflict, be.Code)
 	require.Equal(t, "origin_session", be.Field)
 }
+
+// A job spawned with StartIn waits queued, its task in asynq's scheduled
+// set, until its time and then runs as any other; a cancel meanwhile takes
+// its task away. Past the cap, negative, or with a wait or a turn, it is
+// refused on start_in_s.
+func TestStartInHoldsAJobBack(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.startWorker(t)
+	ctx := context.Background()
+	req := echoSpawn("chat-1", "later", 0, false)
+	req.StartIn = 2 * time.Second
+	j := b.spawn(t, req)
+	require.Equal(t, j.CreatedAt.Add(2*time.Second), j.RunAt)
+	info, err := b.m.Inspector().GetTaskInfo(b.m.eng.QueueOf(j), j.ID)
+	require.NoError(t, err)
+	require.Equal(t, asynq.TaskStateScheduled, info.State)
+	got, err := b.m.Get(ctx, "alpha", j.ID)
+	require.NoError(t, err)
+	require.Equal(t, bgjobs.StatusQueued, got.Status)
+	require.True(t, got.RunAt.Equal(j.RunAt), "run_at is on the row")
+	done := b.waitStatus(t, j.ID, bgjobs.StatusCompleted, 30*time.Second)
+	require.False(t, done.StartedAt.Before(j.RunAt.Add(-time.Second)), "started %s, due %s", done.StartedAt, j.RunAt)
+	require.Len(t, b.drain(t, "chat-1"), 1, "then drained as any other")
+
+	req.StartIn = time.Hour
+	later := b.spawn(t, req)
+	_, err = b.m.Cancel(ctx, "alpha", later.ID)
+	require.NoError(t, err)
+	st, err := b.m.eng.StateOf(later)
+	require.NoError(t, err)
+	require.True(t, st.Gone, "the cancel took its scheduled task away")
+
+	for name, bad := range map[string]func(*SpawnRequest){
+		"past the cap": func(r *SpawnRequest) { r.StartIn = StartInMax + time.Second },
+		"negative":     func(r *SpawnRequest) { r.StartIn = -time.Second },
+		"with a wait":  func(r *SpawnRequest) { r.StartIn, r.Wait = time.Minute, time.Second },
+		"with a turn":  func(r *SpawnRequest) { r.StartIn, r.TurnID = time.Minute, "turn-1" },
+	} {
+		r := echoSpawn("chat-1", "x", 0, false)
+		bad(&r)
+		_, _, err := b.m.Spawn(ctx, r)
+		var e *bgjobs.Error
+		require.ErrorAs(t, err, &e, name)
+		require.Equal(t, "start_in_s", e.Field, name)
+	}
+}

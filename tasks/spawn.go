@@ -40,7 +40,14 @@ type SpawnRequest struct {
 	Invalid *bgjobs.Error
 	// Wait is how long SpawnAndWait waits for the job to end.
 	Wait time.Duration
+	// StartIn holds the job back that long (at most StartInMax): it stays
+	// queued, its task in asynq's scheduled set, until then. Zero starts
+	// it at once.
+	StartIn time.Duration
 }
+
+// StartInMax is the furthest ahead a spawn may start its job (start_in_s).
+const StartInMax = 30 * 24 * time.Hour
 
 // derivedDescriptionChars caps a description taken from the prompt.
 const derivedDescriptionChars = 80
@@ -112,7 +119,13 @@ func (m *Manager) Spawn(ctx context.Context, req SpawnRequest) (job *bgjobs.Job,
 func fingerprint(j *bgjobs.Job) string {
 	var args bytes.Buffer
 	_ = json.Compact(&args, j.WorkArgs)
-	b, _ := json.Marshal([]any{j.OriginSession, j.Kind, j.SubagentType, j.Description, j.Prompt, j.WorkType, args.String(), j.Incognito})
+	parts := []any{j.OriginSession, j.Kind, j.SubagentType, j.Description, j.Prompt, j.WorkType, args.String(), j.Incognito}
+	if !j.RunAt.IsZero() {
+		// Only then, so a key claimed before start_in_s existed keeps
+		// its fingerprint.
+		parts = append(parts, j.RunAt.Sub(j.CreatedAt).Milliseconds())
+	}
+	b, _ := json.Marshal(parts)
 	return registry.Digest(string(b))
 }
 
@@ -160,6 +173,15 @@ func (m *Manager) checkSpawn(ctx context.Context, req SpawnRequest) (*bgjobs.Job
 	if !utf8.ValidString(req.Description) || !utf8.ValidString(req.Prompt) {
 		return nil, bgjobs.FieldError("prompt", "must be valid UTF-8")
 	}
+	if req.StartIn < 0 || req.StartIn > StartInMax {
+		return nil, bgjobs.FieldError("start_in_s", "between 0 and %d", int64(StartInMax/time.Second))
+	}
+	if req.StartIn > 0 && req.Wait > 0 {
+		return nil, bgjobs.FieldError("start_in_s", "a job that starts later cannot be waited for: leave out wait_ms")
+	}
+	if req.StartIn > 0 && req.TurnID != "" {
+		return nil, bgjobs.FieldError("start_in_s", "a job that starts later is not part of this turn's briefing: leave out turn_id")
+	}
 	j := &bgjobs.Job{
 		ID: newID("bg-"), Agent: req.Agent, OriginSession: req.OriginSession,
 		Kind: req.Kind, Description: req.Description, Status: bgjobs.StatusQueued,
@@ -167,6 +189,9 @@ func (m *Manager) checkSpawn(ctx context.Context, req SpawnRequest) (*bgjobs.Job
 	}
 	if j.Kind == "" {
 		j.Kind = bgjobs.KindTurn
+	}
+	if req.StartIn > 0 {
+		j.RunAt = j.CreatedAt.Add(req.StartIn)
 	}
 	if bgjobs.IsBackground(req.OriginSession) {
 		var err error

@@ -128,6 +128,9 @@ func TestReadmeQuickStart(t *testing.T) {
 		switch {
 		case strings.Contains(cmd, "/v1/jobs"):
 			require.Contains(t, string(got), `"status":"queued"`, cmd)
+			if strings.Contains(cmd, "start_in_s") {
+				require.Contains(t, string(got), "Background agent scheduled: ", cmd)
+			}
 			spawned = append(spawned, string(got)[strings.Index(string(got), "bg-"):][:15])
 		case strings.Contains(cmd, "/drain") && i == 1:
 			require.Contains(t, string(got), spawned[0], "the first drain hands the result over")
@@ -136,7 +139,7 @@ func TestReadmeQuickStart(t *testing.T) {
 			require.Contains(t, string(got), `{"notifications":[],"more":false}`, "the second drain: nothing again")
 		}
 	}
-	require.Len(t, spawned, 2, "the turn and the work job")
+	require.Len(t, spawned, 3, "the turn, the work job and the one that starts later")
 	c.waitStatus(spawned[1], "completed")
 
 	// scripts/demo, which the README points to, against the same server.

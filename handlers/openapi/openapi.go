@@ -76,11 +76,17 @@ func idempotency() obj {
 
 // Document returns the OpenAPI document, a fresh copy each call.
 func Document() map[string]any {
-	spawn := object(obj{
-		"origin_session": str(), "kind": obj{"type": "string", "enum": []string{"turn", "work"}},
+	member := obj{
+		"kind":          obj{"type": "string", "enum": []string{"turn", "work"}},
 		"subagent_type": str(), "description": str(), "prompt": str(), "incognito": boolean(),
-		"work": object(obj{"type": str(), "args": anyObject()}), "wait_ms": integer(), "turn_id": str(),
-	})
+		"work": object(obj{"type": str(), "args": anyObject()}),
+	}
+	spawnFields := obj{"origin_session": str(), "wait_ms": integer(), "turn_id": str(),
+		"start_in_s": obj{"type": "integer", "minimum": 0, "maximum": 2592000, "description": "start the job this many seconds from now; not with wait_ms or turn_id"}}
+	for k, v := range member {
+		spawnFields[k] = v
+	}
+	spawn := object(spawnFields)
 	spawn["required"] = []string{"origin_session"}
 	schemas := obj{
 		"Error": object(obj{"error": object(obj{"code": obj{"type": "string", "enum": []string{
@@ -96,9 +102,10 @@ func Document() map[string]any {
 			"progress": str(), "resume_state": obj{"type": "string", "enum": []string{"held", "failed", "delivered", "gave_up"}}, "resume_error": str(), "status": obj{"type": "string", "enum": []string{"queued", "running", "completed", "failed", "cancelled"}},
 			"result": nullable(str()), "error": nullable(str()), "notified": boolean(), "batch_id": nullable(str()),
 			"incognito": boolean(), "attempts": integer(), "report_indexed": boolean(), "generation": integer(), "depth": integer(),
-			"created_at": timestamp(), "started_at": nullable(timestamp()), "completed_at": nullable(timestamp())}),
+			"created_at": timestamp(), "run_at": timestamp(), "started_at": nullable(timestamp()), "completed_at": nullable(timestamp())}),
 		"JobList":      object(obj{"jobs": arrayOf(ref("Job")), "next_cursor": nullable(str())}),
-		"BatchRequest": object(obj{"origin_session": str(), "jobs": arrayOf(ref("SpawnRequest"))}),
+		"BatchJob":     object(member),
+		"BatchRequest": object(obj{"origin_session": str(), "jobs": arrayOf(ref("BatchJob"))}),
 		"BatchResult": object(obj{"batch_id": str(), "jobs": arrayOf(object(obj{"index": integer(), "id": str()})),
 			"skipped": arrayOf(object(obj{"index": integer(), "error": object(obj{"code": str(), "message": str(), "field": str()})}))}),
 		"Batch": object(obj{"batch_id": str(), "origin_session": str(), "size": integer(), "settled": integer(),

@@ -174,10 +174,10 @@ func (e *Engine) EnqueueJob(ctx context.Context, j *bgjobs.Job) error {
 	var t *asynq.Task
 	if j.Kind == bgjobs.KindTurn {
 		t = asynq.NewTask(TypeTurn, payload, asynq.TaskID(j.ID), asynq.Queue(e.QueueOf(j)),
-			asynq.MaxRetry(TurnMaxRetry), asynq.Timeout(e.RunTimeout+time.Hour))
+			asynq.MaxRetry(TurnMaxRetry), asynq.Timeout(e.RunTimeout+time.Hour), startAt(j))
 	} else {
 		t = asynq.NewTask(TypeWork, payload, asynq.TaskID(j.ID), asynq.Queue(e.QueueOf(j)),
-			asynq.MaxRetry(WorkMaxRetry), asynq.Timeout(e.RunTimeout))
+			asynq.MaxRetry(WorkMaxRetry), asynq.Timeout(e.RunTimeout), startAt(j))
 	}
 	if _, err := e.aq.EnqueueContext(ctx, t); err != nil {
 		if errors.Is(err, asynq.ErrTaskIDConflict) {
@@ -186,6 +186,16 @@ func (e *Engine) EnqueueJob(ctx context.Context, j *bgjobs.Job) error {
 		return bgjobs.Unavailable("enqueue", err)
 	}
 	return nil
+}
+
+// startAt holds a job spawned with start_in_s in asynq's scheduled set
+// until its time; any other (or one retried after its time) is queued at
+// once.
+func startAt(j *bgjobs.Job) asynq.Option {
+	if time.Until(j.RunAt) > 0 {
+		return asynq.ProcessAt(j.RunAt)
+	}
+	return asynq.ProcessIn(0)
 }
 
 // EnqueueResume queues a resume under a deterministic task id, so a repeat

@@ -21,7 +21,7 @@ const (
 	fGeneration, fWaitUntil, fProgress  = "generation", "wait_until", "progress"
 	fHoldIndex, fReplayUntil            = "hold_index", "replay_until"
 	fResumeState, fResumeError          = "resume_state", "resume_error"
-	fDepth                              = "depth"
+	fDepth, fRunAt                      = "depth", "run_at"
 )
 
 // rowFields is a new job's hash, as field, value pairs: a slice goes to
@@ -43,6 +43,9 @@ func rowFields(j *bgjobs.Job) []any {
 	}
 	if j.Depth > 0 {
 		fields = append(fields, fDepth, j.Depth)
+	}
+	if !j.RunAt.IsZero() {
+		fields = append(fields, fRunAt, ms(j.RunAt))
 	}
 	return fields
 }
@@ -91,6 +94,9 @@ func jobFromHash(h map[string]string) *bgjobs.Job {
 	}
 	if s := h[fReplayUntil]; s != "" {
 		j.ReplayUntil = msTime(s)
+	}
+	if s := h[fRunAt]; s != "" {
+		j.RunAt = msTime(s)
 	}
 	j.CreatedAt = msTime(h[fCreated])
 	if s := h[fStarted]; s != "" {
