@@ -93,10 +93,10 @@ type Job struct {
 	// points at memory_recall: the notification then waits until the
 	// report is searchable.
 	HoldForIndex bool `json:"-"`
-	// RunAt is when a job spawned with start_in_s starts (its task waits
-	// in asynq's scheduled set until then, and asynq keeps due times in
-	// whole seconds: it may start up to a second before); zero for a job
-	// that starts at once.
+	// RunAt is when a job spawned with start_in_s starts: its task waits
+	// in asynq's scheduled set until then (asynq keeps due times in whole
+	// seconds and moves due tasks every 3 s, so it starts between a second
+	// before and a few seconds after). Zero for a job that starts at once.
 	RunAt time.Time `json:"run_at,omitzero"`
 	// WaitUntil is set while a caller waits for the job (wait_ms).
 	WaitUntil time.Time `json:"-"`

@@ -135,8 +135,8 @@ type Job struct {
 	Attempts      int       `json:"attempts"`
 	ReportIndexed bool      `json:"report_indexed"`
 	CreatedAt     time.Time `json:"created_at"`
-	// RunAt is set for a job spawned with StartInS: when it starts (to
-	// within a second).
+	// RunAt is set for a job spawned with StartInS: when it starts
+	// (within a few seconds).
 	RunAt       *time.Time `json:"run_at,omitempty"`
 	StartedAt   *time.Time `json:"started_at"`
 	CompletedAt *time.Time `json:"completed_at"`

@@ -114,7 +114,7 @@ type JobStatus struct {
 	Error        *string       `json:"error,omitempty"`
 	Note         string        `json:"note,omitempty"`
 	CreatedAt    time.Time     `json:"created_at"`
-	RunAt        *time.Time    `json:"run_at,omitempty" jsonschema:"when a job spawned with start_in_s starts (to within a second)"`
+	RunAt        *time.Time    `json:"run_at,omitempty" jsonschema:"when a job spawned with start_in_s starts (within a few seconds)"`
 	StartedAt    *time.Time    `json:"started_at,omitempty"`
 	CompletedAt  *time.Time    `json:"completed_at,omitempty"`
 }

@@ -1113,6 +1113,9 @@ func TestStartInHoldsAJobBack(t *testing.T) {
 
 	req.StartIn = time.Hour
 	later := b.spawn(t, req)
+	due, err := b.m.store.ActiveBefore(ctx, time.Now().Add(time.Minute))
+	require.NoError(t, err)
+	require.NotContains(t, due, later.ID, "the reconciler leaves it alone until its time")
 	_, err = b.m.Cancel(ctx, "alpha", later.ID)
 	require.NoError(t, err)
 	st, err := b.m.eng.StateOf(later)

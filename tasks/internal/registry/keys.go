@@ -33,7 +33,7 @@ import (
 //	<ns>:stragglers                       zset   "<batch id>|<tag>" of batches waiting to join → straggler due ms
 //	<ns>:jobidx                           hash   job id → tag (lookup by id)
 //	<ns>:jobidx:cursor                    string where the index sweep's HSCAN of jobidx resumes
-//	<ns>:active                           zset   job ids not yet terminal, for the reconciler (score = created_at ms)
+//	<ns>:active                           zset   job ids not yet terminal, for the reconciler (score = created_at ms; run_at for a job that starts later)
 //	<ns>:turnsem                          zset   running turns, "<agent>/<job id>" → lease expiry ms (the global cap)
 //	<ns>:reports                          stream every indexable document (the search feed; never trimmed)
 //	<ns>:indexer                          string set while a search writer runs (TTL)

@@ -79,12 +79,15 @@ func (s *Store) later(op pipeline.Op) { s.w.Add(op) }
 func (s *Store) queueCreate(ctx context.Context, p redis.Pipeliner, j *bgjobs.Job) []redis.Cmder {
 	tag := bgjobs.Tag(j.Agent, j.OriginSession)
 	score := float64(j.CreatedAt.UnixMilli())
+	// The reconciler looks at a job once it is older than its grace; one
+	// that starts later, only once its time has come.
+	due := float64(max(j.CreatedAt.UnixMilli(), j.RunAt.UnixMilli()))
 	return []redis.Cmder{
 		p.HSet(ctx, s.k.Job(tag, j.ID), rowFields(j)...),
 		p.ZAdd(ctx, s.k.SessionJobs(tag), redis.Z{Score: score, Member: j.ID}),
 		p.ZAdd(ctx, s.k.AgentJobs(j.Agent), redis.Z{Score: score, Member: j.ID}),
 		p.HSet(ctx, s.k.JobIndex(), j.ID, tag),
-		p.ZAdd(ctx, s.k.active(), redis.Z{Score: score, Member: j.ID}),
+		p.ZAdd(ctx, s.k.active(), redis.Z{Score: due, Member: j.ID}),
 	}
 }
 
