@@ -103,8 +103,8 @@ func (l *Lot) Took(id string) {
 }
 
 // Free brings back the oldest task of agent parked here: one of the
-// agent's slots just freed. One Redis round trip or two, and none when the
-// agent has nothing parked here.
+// agent's slots just freed. A Redis round trip for each task it tries (at
+// most tries), none when the agent has nothing parked here.
 func (l *Lot) Free(agent string) {
 	relined := ""
 	for range tries {
