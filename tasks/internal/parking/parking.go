@@ -9,8 +9,9 @@
 // second while it waited, for nothing. Now a task's wait doubles each time
 // this process sends it back (First, then twice that, … up to Most), and
 // each slot its agent frees on this process runs the oldest of them at
-// once. A slot freed on another process reaches a task parked here within
-// its wait.
+// once. A turn ending on another process does too (the turn cap is the
+// fleet's, and the manager relays the news); a work slot freed on another
+// process reaches a task parked here within its wait.
 package parking
 
 import (
