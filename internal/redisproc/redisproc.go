@@ -28,8 +28,34 @@ type Server struct {
 	Port     int
 	Dir      string
 	cmd      *exec.Cmd
+	exited   chan struct{} // closed once the process has ended and been reaped
 	args     []string
 	password string
+}
+
+// errPortTaken: the port FreePort gave was taken before the server bound
+// it (another test's or the bench's server got there first).
+var errPortTaken = errors.New("port taken before the server bound it")
+
+// portTries is how many free ports a start tries.
+const portTries = 5
+
+// onFreePort runs start on free ports until one is not taken meanwhile.
+func onFreePort(start func(port int) (*Server, error)) (*Server, error) {
+	for range portTries - 1 {
+		port, err := FreePort()
+		if err != nil {
+			return nil, err
+		}
+		if s, err := start(port); !errors.Is(err, errPortTaken) {
+			return s, err
+		}
+	}
+	port, err := FreePort()
+	if err != nil {
+		return nil, err
+	}
+	return start(port)
 }
 
 // FreePort returns a loopback port nobody listens on right now.
@@ -46,20 +72,18 @@ func FreePort() (int, error) {
 // with AOF persistence (fsync always), for tests that kill it. extra are
 // more arguments; a later one overrides ("--appendonly", "no").
 func Start(dir string, extra ...string) (*Server, error) {
-	port, err := FreePort()
-	if err != nil {
-		return nil, err
-	}
-	s := &Server{Port: port, Dir: dir}
-	s.args = []string{"--port", strconv.Itoa(port), "--bind", "127.0.0.1", "--dir", dir,
-		"--appendonly", "yes", "--appendfsync", "always", "--save", "", "--daemonize", "no"}
-	for i := 0; i+1 < len(extra); i += 2 {
-		if extra[i] == "--requirepass" {
-			s.password = extra[i+1]
+	return onFreePort(func(port int) (*Server, error) {
+		s := &Server{Port: port, Dir: dir}
+		s.args = []string{"--port", strconv.Itoa(port), "--bind", "127.0.0.1", "--dir", dir,
+			"--appendonly", "yes", "--appendfsync", "always", "--save", "", "--daemonize", "no"}
+		for i := 0; i+1 < len(extra); i += 2 {
+			if extra[i] == "--requirepass" {
+				s.password = extra[i+1]
+			}
 		}
-	}
-	s.args = append(s.args, extra...)
-	return s, s.run("redis-server", s.args...)
+		s.args = append(s.args, extra...)
+		return s, s.run("redis-server", s.args...)
+	})
 }
 
 // Restart starts s again on the same port and directory, so it reloads
@@ -73,23 +97,23 @@ func (s *Server) Restart() (*Server, error) {
 // master on masterPort as name (quorum 1), authenticating to it with
 // password.
 func StartSentinel(dir string, masterPort int, name, password string) (*Server, error) {
-	port, err := FreePort()
-	if err != nil {
-		return nil, err
-	}
-	conf := fmt.Sprintf("port %d\nbind 127.0.0.1\ndir %s\nsentinel monitor %s 127.0.0.1 %d 1\n", port, dir, name, masterPort)
-	if password != "" {
-		conf += fmt.Sprintf("sentinel auth-pass %s %s\n", name, password)
-	}
-	path := filepath.Join(dir, "sentinel.conf")
-	if err := os.WriteFile(path, []byte(conf), 0o644); err != nil {
-		return nil, err
-	}
-	s := &Server{Port: port, Dir: dir}
-	return s, s.run("redis-server", path, "--sentinel")
+	return onFreePort(func(port int) (*Server, error) {
+		conf := fmt.Sprintf("port %d\nbind 127.0.0.1\ndir %s\nsentinel monitor %s 127.0.0.1 %d 1\n", port, dir, name, masterPort)
+		if password != "" {
+			conf += fmt.Sprintf("sentinel auth-pass %s %s\n", name, password)
+		}
+		path := filepath.Join(dir, "sentinel.conf")
+		if err := os.WriteFile(path, []byte(conf), 0o644); err != nil {
+			return nil, err
+		}
+		s := &Server{Port: port, Dir: dir}
+		return s, s.run("redis-server", path, "--sentinel")
+	})
 }
 
-// run starts the process and waits until it answers PING.
+// run starts the process and waits until it answers on its port. The
+// answer must come from this process (INFO's process_id): a server that
+// found its port taken exits, and whoever took the port answers PING.
 func (s *Server) run(bin string, args ...string) error {
 	path, err := exec.LookPath(bin)
 	if err != nil {
@@ -99,11 +123,29 @@ func (s *Server) run(bin string, args ...string) error {
 	if err := s.cmd.Start(); err != nil {
 		return fmt.Errorf("%s: %w", bin, err)
 	}
-	rdb := redis.NewClient(&redis.Options{Addr: s.Addr(), Password: s.password})
+	s.exited = make(chan struct{})
+	go func() {
+		_ = s.cmd.Wait()
+		close(s.exited)
+	}()
+	rdb := redis.NewClient(&redis.Options{Addr: s.Addr(), Password: s.password, MaxRetries: -1,
+		DialTimeout: 500 * time.Millisecond, ReadTimeout: 500 * time.Millisecond})
 	defer rdb.Close()
+	pid := "process_id:" + strconv.Itoa(s.cmd.Process.Pid) + "\r\n"
 	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
-		if rdb.Ping(context.Background()).Err() == nil {
+		select {
+		case <-s.exited:
+			return fmt.Errorf("%s on port %d: %w", bin, s.Port, errPortTaken)
+		default:
+		}
+		info, err := rdb.Info(context.Background(), "server").Result()
+		switch {
+		case err != nil:
+		case strings.Contains(info, pid):
 			return nil
+		default: // another process's server on the port
+			s.Kill()
+			return fmt.Errorf("%s on port %d: %w", bin, s.Port, errPortTaken)
 		}
 	}
 	s.Kill()
@@ -116,11 +158,12 @@ func (s *Server) Addr() string { return "127.0.0.1:" + strconv.Itoa(s.Port) }
 // URL is the server's redis:// URL.
 func (s *Server) URL() string { return "redis://" + s.Addr() + "/0" }
 
-// Kill stops the server with SIGKILL.
+// Kill stops the server with SIGKILL and returns once it has ended, so
+// its port is free again.
 func (s *Server) Kill() {
 	if s.cmd != nil && s.cmd.Process != nil {
 		_ = s.cmd.Process.Kill()
-		_ = s.cmd.Wait()
+		<-s.exited
 	}
 }
 
