@@ -121,15 +121,16 @@ func NewManager(rdb redis.UniversalClient, cfg bgjobs.Config, d Deps) *Manager {
 	_ = follow.Start(context.Background())
 	hub := eventhub.New(streams, d.Logger, cfg.EventStreamsPerAgent, cfg.EventStreams)
 	_ = hub.Start(context.Background())
+	asynqKeys := reclaim.New(rdb)
 	m := &Manager{
 		cfg: cfg, writer: w, store: store, hand: handover.New(w, store.Keys(), cfg.Retention), feeds: streams, tenants: agents, eng: eng, hub: hub, follow: follow,
-		maint: maintenance.New(maintenance.Deps{Store: store, Reclaim: reclaim.New(rdb), Engine: eng, Followups: follow,
+		maint: maintenance.New(maintenance.Deps{Store: store, Reclaim: asynqKeys, Engine: eng, Followups: follow,
 			Interval: cfg.ReconcileInterval, BatchJoinTimeout: cfg.BatchJoinTimeout, Now: d.Now, Log: d.Logger}),
 		kinds: d.Kinds, agentAllow: netguard.NewAllow(cfg.AgentAllow), turns: d.Turns, now: d.Now, log: d.Logger,
 		stragglers: strag, idem: idem.New(rdb, store.Keys(), store.Lookup),
-		turnCap: turncap.New(rdb, store.Keys(), cfg.TurnConcurrency, cfg.TurnShare, cfg.PollInterval, lone.Is, d.Now, d.Logger),
+		asynqKeys: asynqKeys,
+		turnCap:   turncap.New(rdb, store.Keys(), cfg.TurnConcurrency, cfg.TurnShare, cfg.PollInterval, lone.Is, d.Now, d.Logger),
 	}
-	m.asynqKeys = reclaim.New(rdb)
 	m.turnsParked = parking.New("turn", func(id string) error { return m.runNow(engine.QueueTurns, id) })
 	w.Heard(m.turnFreedTopic(), m.turnsParked.Free)
 	m.workParked = parking.New("work", func(id string) error { return m.runNow(engine.QueueWork, id) })
