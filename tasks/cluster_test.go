@@ -11,6 +11,7 @@ import (
 
 	"github.com/bgjobs/bgjobs"
 	"github.com/bgjobs/bgjobs/internal/testenv"
+	"github.com/bgjobs/bgjobs/tasks/internal/maintenance"
 	"github.com/bgjobs/bgjobs/tasks/internal/registry"
 )
 
@@ -77,4 +78,46 @@ func minCount(m map[string]int) int {
 		}
 	}
 	return least
+}
+
+// On a 3-master Redis Cluster, the reconciler reads rows spread over every
+// master and their tasks on the work queue's slot, a page at a time, and
+// settles exactly the jobs whose task is gone.
+func TestLostJobsOnAClusterAreSettled(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a Redis Cluster")
+	}
+	t.Parallel()
+	addrs := testenv.StartRedisCluster(t, 3)
+	rdb := redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs})
+	t.Cleanup(func() { _ = rdb.Close() })
+	b := setupOn(t, &testenv.Env{RDB: rdb, Namespace: testenv.NewNamespace()})
+	ctx := context.Background()
+
+	var jobs []*bgjobs.Job
+	masters := map[string]bool{}
+	for i := range 300 {
+		s := fmt.Sprint("chat-", i%30)
+		jobs = append(jobs, b.spawn(t, echoSpawn(s, "x", 0, false)))
+		node, err := rdb.MasterForKey(ctx, b.m.store.Keys().Job(bgjobs.Tag("alpha", s), jobs[i].ID))
+		require.NoError(t, err)
+		masters[node.Options().Addr] = true
+	}
+	require.Len(t, masters, 3, "rows on every master")
+	lost := map[string]bool{jobs[7].ID: true, jobs[250].ID: true}
+	for id := range lost {
+		require.NoError(t, b.m.Inspector().DeleteTask(b.m.Queue(QueueWork), id))
+	}
+	later := time.Now().Add(2 * maintenance.ReconcileGrace)
+	b.now.Store(&later)
+	n, err := b.m.Reconcile(ctx)
+	require.NoError(t, err)
+	require.Equal(t, len(lost), n)
+	for _, j := range jobs {
+		want := bgjobs.StatusQueued
+		if lost[j.ID] {
+			want = bgjobs.StatusFailed
+		}
+		require.Equal(t, want, b.statusOf(t, j.ID), j.ID)
+	}
 }

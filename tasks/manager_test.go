@@ -383,7 +383,16 @@ func TestReconcileSettlesLostJobs(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	ctx := context.Background()
+	// The sweep reads 200 jobs at a time: the lost ones come on its second
+	// and third pages.
+	var backlog []*bgjobs.Job
+	for i := range 250 {
+		backlog = append(backlog, b.spawn(t, echoSpawn(fmt.Sprint("chat-", 2+i%5), "backlog", 0, false)))
+	}
 	gone := b.spawn(t, echoSpawn("chat-1", "gone", 0, false))
+	for range 200 {
+		backlog = append(backlog, b.spawn(t, echoSpawn("chat-7", "backlog", 0, false)))
+	}
 	archived := b.spawn(t, echoSpawn("chat-1", "archived", 0, false))
 	fine := b.spawn(t, echoSpawn("chat-1", "fine", 0, false))
 	queue := b.m.Queue(QueueWork)
@@ -410,6 +419,10 @@ func TestReconcileSettlesLostJobs(t *testing.T) {
 	f, err := b.m.Get(ctx, "alpha", fine.ID)
 	require.NoError(t, err)
 	require.Equal(t, bgjobs.StatusQueued, f.Status)
+
+	for _, j := range backlog {
+		require.Equal(t, bgjobs.StatusQueued, b.statusOf(t, j.ID), "a queued job whose task waits is left alone")
+	}
 
 	n, err = b.m.Reconcile(ctx)
 	require.NoError(t, err)

@@ -65,7 +65,7 @@ type Options struct {
 
 // Phases are the names Options.Only takes, in the order a run takes them:
 // the seven throughput phases, then the sections after them.
-var Phases = []string{"asynq", "e2e", "split", "oneloop", "logged", "spawn", "workers", "cluster", "joins", "resume", "idle", "parked", "knowledge", "recall"}
+var Phases = []string{"asynq", "e2e", "split", "oneloop", "logged", "spawn", "workers", "cluster", "joins", "resume", "idle", "parked", "sweep", "knowledge", "recall"}
 
 // runs reports whether the phase named is part of this run.
 func (o Options) runs(name string) bool {
@@ -212,6 +212,7 @@ func Run(ctx context.Context, o Options, out io.Writer) error {
 		{"resume", true, func() error { return Resume(ctx, o, out) }},
 		{"idle", true, func() error { return Idle(ctx, o, out) }},
 		{"parked", true, func() error { return Parked(ctx, o, out) }},
+		{"sweep", true, func() error { return Sweep(ctx, o, out) }},
 		{"knowledge", true, func() error { return knowledge.Run(ctx, rdb, o.Clients, o.Rounds, out) }},
 		{"recall", true, func() error {
 			if o.RecallDocs == 0 {

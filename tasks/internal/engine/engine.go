@@ -254,7 +254,6 @@ type TaskState struct {
 	Gone bool
 	// Archived: asynq gave up after LastErr.
 	Archived bool
-	Active   bool
 	Retried  int
 	LastErr  string
 }
@@ -268,7 +267,7 @@ func (e *Engine) StateOf(j *bgjobs.Job) (TaskState, error) {
 	case err != nil:
 		return TaskState{}, err
 	}
-	return TaskState{Archived: info.State == asynq.TaskStateArchived, Active: info.State == asynq.TaskStateActive,
+	return TaskState{Archived: info.State == asynq.TaskStateArchived,
 		Retried: info.Retried, LastErr: info.LastErr}, nil
 }
 

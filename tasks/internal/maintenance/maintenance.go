@@ -12,6 +12,7 @@ import (
 	"encoding/hex"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sync"
 	"time"
 
@@ -218,6 +219,11 @@ func (m *Maintainer) RecoverOrphans(ctx context.Context) (int, error) {
 // terminal while its asynq task is gone (deleted, purged), archived after
 // its last retry, or active with no live worker for long ends failed with
 // the reason, so nothing stays queued or running forever.
+//
+// A backlog of queued jobs is normal for a queue, and each sweep looks at
+// all of it: it reads reconcilePage jobs at a time, their rows in two round
+// trips and their tasks' states in one (one job at a time, 20,000 queued
+// jobs took 5–6 s and 122,000 commands a sweep).
 func (m *Maintainer) reconcile(ctx context.Context) (int, error) {
 	ids, err := m.Store.ActiveBefore(ctx, m.Now().Add(-ReconcileGrace))
 	if err != nil || len(ids) == 0 {
@@ -228,19 +234,51 @@ func (m *Maintainer) reconcile(ctx context.Context) (int, error) {
 		return 0, err
 	}
 	settled := 0
-	for _, id := range ids {
+	for page := range slices.Chunk(ids, reconcilePage) {
 		if ctx.Err() != nil {
 			return settled, ctx.Err()
 		}
-		j, err := m.Store.Lookup(ctx, id)
+		n, err := m.reconcilePage(ctx, page, live)
+		settled += n
 		if err != nil {
 			return settled, err
 		}
+	}
+	return settled, nil
+}
+
+// reconcilePage is how many jobs reconcile reads at once.
+const reconcilePage = 200
+
+func (m *Maintainer) reconcilePage(ctx context.Context, ids []string, live map[string]bool) (int, error) {
+	jobs, err := m.Store.LookupMany(ctx, ids)
+	if err != nil {
+		return 0, err
+	}
+	var open []*bgjobs.Job
+	var ended []string
+	for i, j := range jobs {
 		if j == nil || j.Status.Terminal() {
-			_ = m.Store.DropActive(ctx, id)
-			continue
+			ended = append(ended, ids[i])
+		} else {
+			open = append(open, j)
 		}
-		reason := m.lostReason(j, live)
+	}
+	_ = m.Store.DropActive(ctx, ended...)
+	if len(open) == 0 {
+		return 0, nil
+	}
+	tasks := make([]reclaim.Task, len(open))
+	for i, j := range open {
+		tasks[i] = reclaim.Task{Queue: m.Engine.QueueOf(j), ID: j.ID}
+	}
+	states, err := m.Reclaim.States(ctx, tasks)
+	if err != nil {
+		return 0, err
+	}
+	settled := 0
+	for i, j := range open {
+		reason := m.lostReason(j, states[i], live)
 		if reason == "" {
 			continue
 		}
@@ -250,23 +288,26 @@ func (m *Maintainer) reconcile(ctx context.Context) (int, error) {
 		}
 		if ok {
 			settled++
-			m.Log.Warn("job lost by its engine; settled failed", slog.String("job_id", id), slog.String("reason", reason))
+			m.Log.Warn("job lost by its engine; settled failed", slog.String("job_id", j.ID), slog.String("reason", reason))
 		}
 	}
 	return settled, nil
 }
 
-// lostReason says why j can never end on its own, or "" if it still can.
-func (m *Maintainer) lostReason(j *bgjobs.Job, live map[string]bool) string {
-	st, err := m.Engine.StateOf(j)
+// lostReason says why j, whose task is in state, can never end on its own,
+// or "" if it still can.
+func (m *Maintainer) lostReason(j *bgjobs.Job, state string, live map[string]bool) string {
 	switch {
-	case err != nil:
-		return "" // cannot tell now; the next sweep will
-	case st.Gone:
+	case state == "":
 		return "its queued task is gone (deleted or purged from the queue); it will not run"
-	case st.Archived:
+	case state == reclaim.StateArchived:
+		// The retries and the last error are in the task's message.
+		st, err := m.Engine.StateOf(j)
+		if err != nil || !st.Archived {
+			return "" // cannot tell now, or it moved on; the next sweep will
+		}
 		return fmt.Sprintf("gave up after %d attempts: %s", st.Retried+1, st.LastErr)
-	case st.Active && !live[j.ID] && j.StartedAt != nil && m.Now().Sub(*j.StartedAt) > LostActiveAfter:
+	case state == reclaim.StateActive && !live[j.ID] && j.StartedAt != nil && m.Now().Sub(*j.StartedAt) > LostActiveAfter:
 		return "its worker lost the task (active with no live worker)"
 	}
 	return ""

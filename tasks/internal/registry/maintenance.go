@@ -17,9 +17,16 @@ func (s *Store) ActiveBefore(ctx context.Context, cutoff time.Time) ([]string, e
 	return ids, unavailable("read active jobs", err)
 }
 
-// DropActive takes a job off the reconciler's list.
-func (s *Store) DropActive(ctx context.Context, id string) error {
-	return unavailable("active jobs", s.rdb.ZRem(ctx, s.k.active(), id).Err())
+// DropActive takes jobs off the reconciler's list.
+func (s *Store) DropActive(ctx context.Context, ids ...string) error {
+	if len(ids) == 0 {
+		return nil
+	}
+	members := make([]any, len(ids))
+	for i, id := range ids {
+		members[i] = id
+	}
+	return unavailable("active jobs", s.rdb.ZRem(ctx, s.k.active(), members...).Err())
 }
 
 // SweepIndex walks on through the job index from where the last sweep

@@ -32,6 +32,8 @@ func New(rdb redis.UniversalClient) *Store { return &Store{rdb: rdb} }
 //	asynq:{<queue>}:pending  list  ids waiting for a worker (dequeued from the right)
 //	asynq:{<queue>}:retry    zset  id → when it is tried again (unix seconds)
 //	asynq:{<queue>}:t:<id>   hash  the task; fields state, pending_since
+//	                               (state: pending, active, scheduled, retry,
+//	                               archived, completed, aggregating)
 
 func asynqKey(queue, name string) string { return "asynq:{" + queue + "}:" + name }
 
@@ -53,6 +55,35 @@ func (s *Store) ExpiredLeases(ctx context.Context, queues []string, now time.Tim
 		if ids := c.Val(); len(ids) > 0 {
 			out[queues[i]] = ids
 		}
+	}
+	return out, nil
+}
+
+// Task states as asynq writes them in a task's hash.
+const (
+	StateActive   = "active"
+	StateArchived = "archived"
+)
+
+// Task names one task: its queue and id.
+type Task struct{ Queue, ID string }
+
+// States reads the state of each task in one round trip: "" for a task
+// that no longer exists (deleted, purged, or its queue gone).
+func (s *Store) States(ctx context.Context, tasks []Task) ([]string, error) {
+	cmds := make([]*redis.StringCmd, len(tasks))
+	_, err := s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for i, t := range tasks {
+			cmds[i] = p.HGet(ctx, asynqKey(t.Queue, "t:"+t.ID), "state")
+		}
+		return nil
+	})
+	if err != nil && err != redis.Nil {
+		return nil, registry.Unavailable("read task states", err)
+	}
+	out := make([]string, len(tasks))
+	for i, c := range cmds {
+		out[i] = c.Val()
 	}
 	return out, nil
 }

@@ -56,6 +56,20 @@ func TestUnpark(t *testing.T) {
 	})
 	s := New(env.RDB)
 	now := time.Now()
+
+	// States reads what the inspector reads, for every state the
+	// reconciler tells apart, in one round trip.
+	idle := env.Namespace + ":idle" // no server works it
+	_, err := client.EnqueueContext(ctx, asynq.NewTask("t", nil), asynq.Queue(idle), asynq.TaskID("waiting"))
+	require.NoError(t, err)
+	_, err = client.EnqueueContext(ctx, asynq.NewTask("t", nil), asynq.Queue(idle), asynq.TaskID("later"), asynq.ProcessIn(time.Hour))
+	require.NoError(t, err)
+	states, err := s.States(ctx, []Task{{q, "parked"}, {q, "archived"}, {q, "hold"}, {idle, "waiting"}, {idle, "later"}, {q, "nobody"}, {"no-such-queue", "hold"}})
+	require.NoError(t, err)
+	require.Equal(t, []string{asynq.TaskStateRetry.String(), StateArchived, StateActive, asynq.TaskStatePending.String(),
+		asynq.TaskStateScheduled.String(), "", ""}, states)
+	require.Equal(t, StateArchived, asynq.TaskStateArchived.String())
+	require.Equal(t, StateActive, asynq.TaskStateActive.String())
 	require.ErrorIs(t, s.Unpark(ctx, q, "hold", now), ErrTaskRunning)
 	require.ErrorIs(t, s.Unpark(ctx, q, "archived", now), ErrTaskNotWaiting)
 	require.Equal(t, asynq.TaskStateArchived, state("archived"), "an archived task is never run again")
