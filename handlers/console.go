@@ -69,6 +69,9 @@ func handleLoginPage() echo.HandlerFunc {
 
 func handleLogin(a *authenticator) echo.HandlerFunc {
 	return func(c echo.Context) error {
+		if fromAnotherSite(c.Request()) {
+			return errAnotherSite
+		}
 		key := strings.TrimSpace(c.FormValue("key"))
 		who, ok, err := a.Lookup(c.Request().Context(), key)
 		if err != nil {
@@ -92,6 +95,9 @@ func handleLogin(a *authenticator) echo.HandlerFunc {
 // signs nobody in, and clears the cookie.
 func handleLogout(a *authenticator) echo.HandlerFunc {
 	return func(c echo.Context) error {
+		if fromAnotherSite(c.Request()) {
+			return errAnotherSite
+		}
 		if ck, err := c.Cookie(signInCookie); err == nil && ck.Value != "" {
 			if err := a.m.CloseSignIn(c.Request().Context(), ck.Value); err != nil {
 				return err
@@ -101,6 +107,29 @@ func handleLogout(a *authenticator) echo.HandlerFunc {
 		return c.Redirect(http.StatusSeeOther, "/login")
 	}
 }
+
+// fromAnotherSite tells a sign-in or sign-out form posted from another
+// site's page: one would sign the browser in with a key that site chose,
+// so that what the user then does in the console (a memory search, a job
+// they look at) happens under that site's agent; the other would sign the
+// user out. Browsers say where a request comes from in Sec-Fetch-Site
+// (every current one); an older one sends Origin with every POST, though
+// as "null" under the console's no-referrer policy even from its own page,
+// so "null" tells nothing. A request with neither comes from no browser,
+// so no page can have sent it.
+func fromAnotherSite(r *http.Request) bool {
+	if site := r.Header.Get("Sec-Fetch-Site"); site != "" {
+		return site != "same-origin" && site != "none"
+	}
+	origin := r.Header.Get("Origin")
+	if origin == "" || origin == "null" {
+		return false
+	}
+	u, err := url.Parse(origin)
+	return err != nil || u.Host != r.Host
+}
+
+var errAnotherSite = bgjobs.Errorf(bgjobs.EForbidden, "sign-in and sign-out are taken only from this server's own pages")
 
 // localPath returns next when it is a path on this server, else "/": where
 // sign-in sends the browser must never be another site. Browsers read

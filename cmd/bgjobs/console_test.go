@@ -1,6 +1,7 @@
 package main
 
 import (
+	"encoding/json"
 	"fmt"
 	"html"
 	"io"
@@ -162,6 +163,43 @@ func TestConsolePagesAndTheirDefences(t *testing.T) {
 	resp, mon := getPage(t, "GET", base+"/monitoring/", "", "adm")
 	require.Equal(t, http.StatusOK, resp.StatusCode)
 	require.Contains(t, strings.ToLower(mon), "<html")
+
+	// Another site's page cannot post the sign-in form (with a key it chose,
+	// so the user would go on under its agent) nor sign the user out; the
+	// console's own page can, as can a client that is no browser.
+	for _, h := range []map[string]string{{"Origin": "http://evil.example"}, {"Origin": "null", "Sec-Fetch-Site": "cross-site"},
+		{"Sec-Fetch-Site": "cross-site"}, {"Origin": base, "Sec-Fetch-Site": "same-site"}} {
+		for _, path := range []string{"/login", "/logout"} {
+			req, err := http.NewRequest("POST", base+path, strings.NewReader(url.Values{"key": {"ka"}}.Encode()))
+			require.NoError(t, err)
+			req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+			req.AddCookie(&http.Cookie{Name: "bgjobs_session", Value: sess})
+			for k, v := range h {
+				req.Header.Set(k, v)
+			}
+			r, err := noClient.Do(req)
+			require.NoError(t, err)
+			var e struct {
+				Error struct{ Code, Message string }
+			}
+			require.NoError(t, json.NewDecoder(r.Body).Decode(&e), "%s from %v: a JSON error", path, h)
+			r.Body.Close()
+			require.Equal(t, http.StatusForbidden, r.StatusCode, "%s from %v", path, h)
+			require.Equal(t, "forbidden", e.Error.Code)
+			require.Empty(t, r.Cookies(), "%s from %v sets no cookie", path, h)
+		}
+	}
+	resp, _ = getPage(t, "GET", base+"/", sess, "")
+	require.Equal(t, http.StatusOK, resp.StatusCode, "still signed in")
+	req, err := http.NewRequest("POST", base+"/login", strings.NewReader(url.Values{"key": {"ka"}}.Encode()))
+	require.NoError(t, err)
+	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	req.Header.Set("Origin", "null") // the browser's, under the console's no-referrer policy
+	req.Header.Set("Sec-Fetch-Site", "same-origin")
+	own, err := noClient.Do(req)
+	require.NoError(t, err)
+	own.Body.Close()
+	require.Equal(t, http.StatusSeeOther, own.StatusCode, "the sign-in page's own form")
 
 	// Signing out ends the sign-in on the server: a copy of its cookie,
 	// kept by whoever took it, signs nobody in any more; another sign-in
