@@ -30,6 +30,8 @@ const (
 	// listScanBudget bounds how many rows one page reads while filtering,
 	// so a rare status cannot turn one request into a full scan.
 	listScanBudget = 2000
+	// listPage is how many ids a list reads at once.
+	listPage = 100
 )
 
 // List returns a page of jobs (without result and prompt) and the cursor of
@@ -65,8 +67,13 @@ func (m *Manager) List(ctx context.Context, req ListRequest) ([]*bgjobs.Job, str
 	var out []*bgjobs.Job
 	scanned := 0
 	lastScore, lastID := "", ""
+	// seen counts the members sharing the cursor's score that were listed
+	// already, read past in full pages: a batch's members share their
+	// spawn's millisecond, and a page of them all listed before is not the
+	// end of the list (a batch of 300 listed 250, 50 a page).
+	var seen int64
 	for scanned < listScanBudget {
-		zs, err := m.store.ListPage(ctx, list, max, 100)
+		zs, err := m.store.ListPage(ctx, list, max, seen, listPage)
 		if err != nil {
 			return nil, "", err
 		}
@@ -84,8 +91,13 @@ func (m *Manager) List(ctx context.Context, req ListRequest) ([]*bgjobs.Job, str
 			ids, scores = append(ids, id), append(scores, score)
 		}
 		if len(ids) == 0 {
-			return out, "", nil
+			if len(zs) < listPage {
+				return out, "", nil
+			}
+			seen += int64(len(zs))
+			continue
 		}
+		seen = 0
 		// The page's rows in two round trips, not two per row.
 		rows, err := m.store.LookupMany(ctx, ids)
 		if err != nil {

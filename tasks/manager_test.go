@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -789,6 +790,46 @@ func TestListNewestFirstWithCursor(t *testing.T) {
 	none, _, err := b.m.List(ctx, ListRequest{Agent: "beta"})
 	require.NoError(t, err)
 	require.Empty(t, none)
+}
+
+// A batch's members share their spawn's millisecond: paging through more
+// of them than a list reads at once lists every one, once, in order
+// (pages of 50 listed 250 of a batch of 300, the rest taken for the end).
+func TestListPagesThroughJobsSharingAMillisecond(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	at := time.Now()
+	b.now.Store(&at)
+	var specs []SpawnRequest
+	for i := range 330 {
+		specs = append(specs, SpawnRequest{Kind: bgjobs.KindWork, Description: fmt.Sprint("member ", i), Work: &bgjobs.WorkSpec{Type: "echo", Args: []byte(`{"text":"x"}`)}})
+	}
+	_, err := b.m.SpawnBatch(ctx, "alpha", "chat-1", specs)
+	require.NoError(t, err)
+	later := at.Add(time.Millisecond)
+	b.now.Store(&later)
+	newest := b.spawn(t, echoSpawn("chat-1", "newest", 0, false))
+	for _, limit := range []int{1, 50, 99, 100, 101, 200} {
+		var got []string
+		cursor := ""
+		for pages := 0; ; pages++ {
+			require.Less(t, pages, 400, "limit %d: the cursor goes on", limit)
+			page, next, err := b.m.List(ctx, ListRequest{Agent: "alpha", Limit: limit, Cursor: cursor})
+			require.NoError(t, err)
+			for _, j := range page {
+				got = append(got, j.ID)
+			}
+			if next == "" {
+				break
+			}
+			cursor = next
+		}
+		require.Len(t, got, 331, "limit %d", limit)
+		require.Equal(t, newest.ID, got[0])
+		require.True(t, slices.IsSortedFunc(got[1:], func(a, b string) int { return strings.Compare(b, a) }), "limit %d: ids descending within the millisecond", limit)
+		require.Len(t, slices.Compact(slices.Clone(got)), 331, "limit %d: each once", limit)
+	}
 }
 
 func TestSpawnIdempotencyKey(t *testing.T) {

@@ -25,10 +25,11 @@ func (s *Store) listKey(l JobList) string {
 }
 
 // ListPage reads up to count ids of a job list, newest first, with scores
-// at most max ("+inf" or ms).
-func (s *Store) ListPage(ctx context.Context, l JobList, max string, count int64) ([]ScoredID, error) {
+// at most max ("+inf" or ms), past the first offset of them. Ids sharing
+// a score come in descending order.
+func (s *Store) ListPage(ctx context.Context, l JobList, max string, offset, count int64) ([]ScoredID, error) {
 	key := s.listKey(l)
-	zs, err := s.rdb.ZRevRangeByScoreWithScores(ctx, key, &redis.ZRangeBy{Max: max, Min: "-inf", Count: count}).Result()
+	zs, err := s.rdb.ZRevRangeByScoreWithScores(ctx, key, &redis.ZRangeBy{Max: max, Min: "-inf", Offset: offset, Count: count}).Result()
 	if err != nil {
 		return nil, unavailable("list jobs", err)
 	}
