@@ -98,6 +98,10 @@ type Job struct {
 	// seconds and moves due tasks every 3 s, so it starts between a second
 	// before and a few seconds after). Zero for a job that starts at once.
 	RunAt time.Time `json:"run_at,omitzero"`
+	// TimeoutS is the job's own bound on its run, in seconds, when its
+	// spawn set one (timeout_s); zero runs it for up to the process's
+	// RunTimeout.
+	TimeoutS int64 `json:"timeout_s,omitempty"`
 	// WaitUntil is set while a caller waits for the job (wait_ms).
 	WaitUntil time.Time `json:"-"`
 	// ReplayUntil is set when a drain with an Idempotency-Key handed the

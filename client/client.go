@@ -103,6 +103,10 @@ type SpawnRequest struct {
 	// from now instead of at once (Spawn only: a batch's jobs start
 	// together). Not with WaitMS or TurnID.
 	StartInS int `json:"start_in_s,omitempty"`
+	// TimeoutS bounds the job's run to that many seconds (at most the
+	// server's BGJOBS_TURN_TIMEOUT); past it the job ends failed. Zero
+	// leaves it at the server's limit.
+	TimeoutS int `json:"timeout_s,omitempty"`
 	// IdempotencyKey, when set, returns the first job for a repeat.
 	IdempotencyKey string `json:"-"`
 }
@@ -137,7 +141,9 @@ type Job struct {
 	CreatedAt     time.Time `json:"created_at"`
 	// RunAt is set for a job spawned with StartInS: when it starts
 	// (within a few seconds).
-	RunAt       *time.Time `json:"run_at,omitempty"`
+	RunAt *time.Time `json:"run_at,omitempty"`
+	// TimeoutS is the job's own bound on its run, when its spawn set one.
+	TimeoutS    int        `json:"timeout_s,omitempty"`
 	StartedAt   *time.Time `json:"started_at"`
 	CompletedAt *time.Time `json:"completed_at"`
 }

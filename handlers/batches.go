@@ -24,6 +24,7 @@ type batchJob struct {
 	Prompt       string           `json:"prompt"`
 	Incognito    bool             `json:"incognito"`
 	Work         *bgjobs.WorkSpec `json:"work"`
+	TimeoutS     int64            `json:"timeout_s"`
 }
 
 // handleSpawnBatch fans out; specs that do not even decode are skipped and
@@ -95,5 +96,5 @@ func decodeBatchByMember(raw []byte) (session string, specs []tasks.SpawnRequest
 
 func (j batchJob) request() tasks.SpawnRequest {
 	return tasks.SpawnRequest{Kind: bgjobs.Kind(j.Kind), SubagentType: j.SubagentType,
-		Description: j.Description, Prompt: j.Prompt, Incognito: j.Incognito, Work: j.Work}
+		Description: j.Description, Prompt: j.Prompt, Incognito: j.Incognito, Work: j.Work, TimeoutS: j.TimeoutS}
 }

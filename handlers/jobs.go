@@ -24,6 +24,7 @@ type spawnBody struct {
 	WaitMS        int64            `json:"wait_ms"`
 	TurnID        string           `json:"turn_id"`
 	StartInS      int64            `json:"start_in_s"`
+	TimeoutS      int64            `json:"timeout_s"`
 }
 
 type spawnResponse struct {
@@ -45,7 +46,7 @@ func (b spawnBody) request(agent, idemKey string) (tasks.SpawnRequest, error) {
 	return tasks.SpawnRequest{Wait: wait, StartIn: startIn,
 		Agent: agent, OriginSession: b.OriginSession, Kind: bgjobs.Kind(b.Kind),
 		SubagentType: b.SubagentType, Description: b.Description, Prompt: b.Prompt,
-		Work: b.Work, Incognito: b.Incognito, IdempotencyKey: idemKey, TurnID: b.TurnID,
+		Work: b.Work, Incognito: b.Incognito, IdempotencyKey: idemKey, TurnID: b.TurnID, TimeoutS: b.TimeoutS,
 	}, nil
 }
 

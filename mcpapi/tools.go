@@ -36,6 +36,7 @@ type JobSpec struct {
 	Kind         string     `json:"kind,omitempty" jsonschema:"turn (default) or work"`
 	Work         *WorkInput `json:"work,omitempty" jsonschema:"for kind work: the registered work type and its args"`
 	Incognito    bool       `json:"incognito,omitempty" jsonschema:"keep the report out of memory and send no resume"`
+	TimeoutS     int64      `json:"timeout_s,omitempty" jsonschema:"the longest the job may run, in seconds (at most the server's limit, 30 minutes unless set otherwise); past it the job ends failed. Default: the server's limit"`
 }
 
 // SpawnInput is spawn_background's input.
@@ -152,7 +153,7 @@ type RecallInput struct {
 
 func (in JobSpec) request(agent, session string) (tasks.SpawnRequest, error) {
 	req := tasks.SpawnRequest{Agent: agent, OriginSession: session, Kind: bgjobs.Kind(in.Kind),
-		SubagentType: in.SubagentType, Description: in.Description, Prompt: in.Prompt, Incognito: in.Incognito}
+		SubagentType: in.SubagentType, Description: in.Description, Prompt: in.Prompt, Incognito: in.Incognito, TimeoutS: in.TimeoutS}
 	if in.Work != nil {
 		req.Work = &bgjobs.WorkSpec{Type: in.Work.Type}
 		if in.Work.Args != nil {

@@ -1190,3 +1190,47 @@ func TestStartInHoldsAJobBack(t *testing.T) {
 		require.Equal(t, "start_in_s", e.Field, name)
 	}
 }
+
+// A job's own timeout_s bounds its run below the process's RunTimeout:
+// past it the job ends failed, saying after how long; a job within it
+// completes; a bound outside 1..RunTimeout is refused naming the field.
+func TestAJobsOwnTimeoutEndsIt(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.startWorker(t)
+	ctx := context.Background()
+	req := echoSpawn("chat-1", "slow", 60_000, false)
+	req.TimeoutS = 1
+	slow := b.spawn(t, req)
+	got, err := b.m.Get(ctx, "alpha", slow.ID)
+	require.NoError(t, err)
+	require.EqualValues(t, 1, got.TimeoutS, "timeout_s is on the row")
+	quick := echoSpawn("chat-1", "quick", 0, false)
+	quick.TimeoutS = 30
+	fast := b.spawn(t, quick)
+
+	ended := b.waitStatus(t, slow.ID, bgjobs.StatusFailed, 30*time.Second)
+	require.Equal(t, "timed out after 1s", *ended.Error)
+	require.Less(t, ended.CompletedAt.Sub(*ended.StartedAt), 30*time.Second, "ended by its own bound, not the delay")
+	require.Equal(t, 1, ended.Attempts, "not retried")
+	b.waitStatus(t, fast.ID, bgjobs.StatusCompleted, 30*time.Second)
+	require.Len(t, b.drain(t, "chat-1"), 2)
+
+	for name, n := range map[string]int64{"negative": -1, "past the process's limit": int64(b.m.cfg.RunTimeout/time.Second) + 1} {
+		r := echoSpawn("chat-1", "x", 0, false)
+		r.TimeoutS = n
+		_, _, err := b.m.Spawn(ctx, r)
+		var e *bgjobs.Error
+		require.ErrorAs(t, err, &e, name)
+		require.Equal(t, "timeout_s", e.Field, name)
+	}
+
+	// The same idempotency key with another timeout is another request.
+	r := echoSpawn("chat-1", "keyed", 0, false)
+	r.IdempotencyKey = "k-timeout"
+	_, _, err = b.m.Spawn(ctx, r)
+	require.NoError(t, err)
+	r.TimeoutS = 5
+	_, _, err = b.m.Spawn(ctx, r)
+	require.Equal(t, bgjobs.EConflict, bgjobs.ErrorCode(err))
+}

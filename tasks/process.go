@@ -75,7 +75,11 @@ func (m *Manager) ProcessTask(ctx context.Context, t *asynq.Task) error {
 	e.Attempt = st.Attempt
 	m.feeds.Publish(e)
 
-	runCtx, cancel := context.WithTimeout(ctx, m.cfg.RunTimeout)
+	limit := m.cfg.RunTimeout
+	if j.TimeoutS > 0 {
+		limit = time.Duration(j.TimeoutS) * time.Second
+	}
+	runCtx, cancel := context.WithTimeout(ctx, limit)
 	defer cancel()
 	result, runErr := m.run(runCtx, j)
 	if runErr == nil {
@@ -99,7 +103,7 @@ func (m *Manager) ProcessTask(ctx context.Context, t *asynq.Task) error {
 	}
 	msg := runErr.Error()
 	if errors.Is(runCtx.Err(), context.DeadlineExceeded) {
-		msg = fmt.Sprintf("timed out after %s", m.cfg.RunTimeout)
+		msg = fmt.Sprintf("timed out after %s", limit)
 	} else if work.IsRetryable(runErr) {
 		retried, _ := asynq.GetRetryCount(ctx)
 		maxRetry, _ := asynq.GetMaxRetry(ctx)

@@ -44,6 +44,10 @@ type SpawnRequest struct {
 	// queued, its task in asynq's scheduled set, until then. Zero starts
 	// it at once.
 	StartIn time.Duration
+	// TimeoutS bounds the job's run to that many seconds, from 1 up to
+	// the process's RunTimeout (BGJOBS_TURN_TIMEOUT); zero leaves it at
+	// RunTimeout. Past it the job ends failed ("timed out after …").
+	TimeoutS int64
 }
 
 // StartInMax is the furthest ahead a spawn may start its job (start_in_s).
@@ -125,6 +129,9 @@ func fingerprint(j *bgjobs.Job) string {
 		// its fingerprint.
 		parts = append(parts, j.RunAt.Sub(j.CreatedAt).Milliseconds())
 	}
+	if j.TimeoutS > 0 {
+		parts = append(parts, "timeout", j.TimeoutS)
+	}
 	b, _ := json.Marshal(parts)
 	return registry.Digest(string(b))
 }
@@ -182,10 +189,13 @@ func (m *Manager) checkSpawn(ctx context.Context, req SpawnRequest) (*bgjobs.Job
 	if req.StartIn > 0 && req.TurnID != "" {
 		return nil, bgjobs.FieldError("start_in_s", "a job that starts later is not part of this turn's briefing: leave out turn_id")
 	}
+	if most := int64(m.cfg.RunTimeout / time.Second); req.TimeoutS < 0 || req.TimeoutS > most {
+		return nil, bgjobs.FieldError("timeout_s", "between 1 and %d seconds (BGJOBS_TURN_TIMEOUT, the longest any job runs here), or 0 for that", most)
+	}
 	j := &bgjobs.Job{
 		ID: newID("bg-"), Agent: req.Agent, OriginSession: req.OriginSession,
 		Kind: req.Kind, Description: req.Description, Status: bgjobs.StatusQueued,
-		Incognito: req.Incognito, CreatedAt: m.now().UTC().Truncate(time.Millisecond),
+		Incognito: req.Incognito, CreatedAt: m.now().UTC().Truncate(time.Millisecond), TimeoutS: req.TimeoutS,
 	}
 	if j.Kind == "" {
 		j.Kind = bgjobs.KindTurn

@@ -79,7 +79,8 @@ func Document() map[string]any {
 	member := obj{
 		"kind":          obj{"type": "string", "enum": []string{"turn", "work"}},
 		"subagent_type": str(), "description": str(), "prompt": str(), "incognito": boolean(),
-		"work": object(obj{"type": str(), "args": anyObject()}),
+		"work":      object(obj{"type": str(), "args": anyObject()}),
+		"timeout_s": obj{"type": "integer", "minimum": 0, "description": "the longest the job may run, in seconds, up to the server's BGJOBS_TURN_TIMEOUT; 0: that limit"},
 	}
 	spawnFields := obj{"origin_session": str(), "wait_ms": integer(), "turn_id": str(),
 		"start_in_s": obj{"type": "integer", "minimum": 0, "maximum": 2592000, "description": "start the job this many seconds from now; not with wait_ms or turn_id"}}
@@ -102,7 +103,7 @@ func Document() map[string]any {
 			"progress": str(), "resume_state": obj{"type": "string", "enum": []string{"held", "failed", "delivered", "gave_up"}}, "resume_error": str(), "status": obj{"type": "string", "enum": []string{"queued", "running", "completed", "failed", "cancelled"}},
 			"result": nullable(str()), "error": nullable(str()), "notified": boolean(), "batch_id": nullable(str()),
 			"incognito": boolean(), "attempts": integer(), "report_indexed": boolean(), "generation": integer(), "depth": integer(),
-			"created_at": timestamp(), "run_at": timestamp(), "started_at": nullable(timestamp()), "completed_at": nullable(timestamp())}),
+			"created_at": timestamp(), "run_at": timestamp(), "timeout_s": integer(), "started_at": nullable(timestamp()), "completed_at": nullable(timestamp())}),
 		"JobList":      object(obj{"jobs": arrayOf(ref("Job")), "next_cursor": nullable(str())}),
 		"BatchJob":     object(member),
 		"BatchRequest": object(obj{"origin_session": str(), "jobs": arrayOf(ref("BatchJob"))}),

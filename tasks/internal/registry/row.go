@@ -21,7 +21,7 @@ const (
 	fGeneration, fWaitUntil, fProgress  = "generation", "wait_until", "progress"
 	fHoldIndex, fReplayUntil            = "hold_index", "replay_until"
 	fResumeState, fResumeError          = "resume_state", "resume_error"
-	fDepth, fRunAt                      = "depth", "run_at"
+	fDepth, fRunAt, fTimeout            = "depth", "run_at", "timeout_s"
 )
 
 // rowFields is a new job's hash, as field, value pairs: a slice goes to
@@ -46,6 +46,9 @@ func rowFields(j *bgjobs.Job) []any {
 	}
 	if !j.RunAt.IsZero() {
 		fields = append(fields, fRunAt, ms(j.RunAt))
+	}
+	if j.TimeoutS > 0 {
+		fields = append(fields, fTimeout, j.TimeoutS)
 	}
 	return fields
 }
@@ -97,6 +100,9 @@ func jobFromHash(h map[string]string) *bgjobs.Job {
 	}
 	if s := h[fRunAt]; s != "" {
 		j.RunAt = msTime(s)
+	}
+	if s := h[fTimeout]; s != "" {
+		j.TimeoutS, _ = strconv.ParseInt(s, 10, 64)
 	}
 	j.CreatedAt = msTime(h[fCreated])
 	if s := h[fStarted]; s != "" {
