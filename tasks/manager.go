@@ -132,15 +132,11 @@ func NewManager(rdb redis.UniversalClient, cfg bgjobs.Config, d Deps) *Manager {
 		turnCap:   turncap.New(rdb, store.Keys(), cfg.TurnConcurrency, cfg.TurnShare, cfg.PollInterval, lone.Is, d.Now, d.Logger),
 	}
 	m.turnsParked = parking.New("turn", func(id string) error { return m.runNow(engine.QueueTurns, id) })
-	w.Heard(m.turnFreedTopic(), m.turnsParked.Free)
+	m.turnsParked.JoinFleet(w, "turn:"+cfg.Namespace)
 	m.workParked = parking.New("work", func(id string) error { return m.runNow(engine.QueueWork, id) })
 	m.workShare = workshare.New(cfg.WorkConcurrency, cfg.WorkShare, lone.Is, m.workParked)
 	return m
 }
-
-// turnFreedTopic is what a process tells the others when one of an
-// agent's turns ends: a slot of that agent's share of the turn cap is free.
-func (m *Manager) turnFreedTopic() string { return "turn-freed:" + m.cfg.Namespace }
 
 // runNow brings a parked task back to its queue and wakes the fetches held
 // on that queue.

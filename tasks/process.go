@@ -46,10 +46,9 @@ func (m *Manager) ProcessTask(ctx context.Context, t *asynq.Task) error {
 		defer func() {
 			release()
 			// The agent's share has a slot free: a turn of it parked here
-			// comes back now, and one parked on each other process too,
-			// since the cap is the fleet's.
+			// comes back now, else one parked on another process (the cap
+			// is the fleet's).
 			m.turnsParked.Free(p.Agent)
-			m.writer.Tell(m.turnFreedTopic(), p.Agent)
 		}()
 	} else {
 		if err := m.workShare.Take(ctx, p.Agent, id); err != nil {

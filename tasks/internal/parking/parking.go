@@ -10,8 +10,8 @@
 // this process sends it back (First, then twice that, … up to Most), and
 // each slot its agent frees on this process runs the oldest of them at
 // once. A turn ending on another process does too (the turn cap is the
-// fleet's, and the manager relays the news); a work slot freed on another
-// process reaches a task parked here within its wait.
+// fleet's: JoinFleet); a work slot freed on another process reaches a task
+// parked here within its wait.
 package parking
 
 import (
@@ -41,6 +41,11 @@ const maxParked = 100_000
 // entry may be stale (its task cancelled, or back in the queue already).
 const tries = 3
 
+// heardFor is how long a process keeps another's word that it parked a
+// task of an agent: a parked task comes back within Most, and is parked
+// and told of again while its agent still holds its share.
+const heardFor = 2 * Most
+
 type entry struct {
 	agent string
 	sent  int  // how often this process sent it back
@@ -57,12 +62,58 @@ type Lot struct {
 	mu      sync.Mutex
 	entries map[string]*entry   // task id →
 	line    map[string][]string // agent → task ids, oldest first
+
+	// The fleet's news (JoinFleet); tell is nil for a lot on its own.
+	tell                    func(topic, msg string)
+	parkedTo, freedTo       string
+	now                     func() time.Time
+	toldParked, heardParked map[string]time.Time // agent → when
 }
 
 // New returns the lot of a share ("turn" or "work", as metrics name it)
 // whose tasks run brings back to their queue.
 func New(share string, run func(id string) error) *Lot {
-	return &Lot{share: share, run: run, first: First, most: Most, entries: map[string]*entry{}, line: map[string][]string{}}
+	return &Lot{share: share, run: run, first: First, most: Most, entries: map[string]*entry{}, line: map[string][]string{}, now: time.Now}
+}
+
+// Teller carries news between the processes of a namespace (the pipeline
+// writer's Tell and Heard).
+type Teller interface {
+	Tell(topic, msg string)
+	Heard(topic string, fn func(msg string))
+}
+
+// JoinFleet shares the lot's news with the same lots of the other
+// processes, on topics named after prefix, for a share whose slots are the
+// fleet's (the turn cap): a slot one process frees may run a task another
+// parked. The lot tells the others when it parks a task of an agent (at
+// most once per First for each agent), and tells them of a slot of that
+// agent freed here, with nothing of it parked here, only when one of them
+// said it parked a task of that agent within heardFor. Before, every turn's
+// end was told to the fleet, a PUBLISH per turn, almost always for nothing.
+// Call it before the worker starts.
+func (l *Lot) JoinFleet(t Teller, prefix string) {
+	l.tell, l.parkedTo, l.freedTo = t.Tell, prefix+"-parked", prefix+"-freed"
+	l.toldParked, l.heardParked = map[string]time.Time{}, map[string]time.Time{}
+	t.Heard(l.parkedTo, func(agent string) {
+		l.mu.Lock()
+		defer l.mu.Unlock()
+		remember(l.heardParked, agent, l.now(), heardFor)
+	})
+	t.Heard(l.freedTo, func(agent string) { l.bringBack(agent) })
+}
+
+// remember records agent's news at now, first dropping what is older than
+// keep, so the map holds only the agents heard of lately.
+func remember(m map[string]time.Time, agent string, now time.Time, keep time.Duration) {
+	if len(m) >= 1024 {
+		for a, at := range m {
+			if now.Sub(at) > keep {
+				delete(m, a)
+			}
+		}
+	}
+	m[agent] = now
 }
 
 // Waits sets the first and the longest wait (tests lengthen them, to show
@@ -74,23 +125,40 @@ func (l *Lot) Waits(first, most time.Duration) { l.first, l.most = first, most }
 // engine.ErrLater) and returns err with the task's wait.
 func (l *Lot) Park(agent, id string, err error) error {
 	metrics.SentBack.WithLabelValues(l.share).Inc()
+	wait, tell := l.park(agent, id)
+	if tell {
+		l.tell(l.parkedTo, agent) // outside the lock: the writer's queue may be full
+	}
+	return engine.LaterBy(err, wait)
+}
+
+// park records the task and returns its wait, and whether to tell the
+// fleet that agent has a task parked here.
+func (l *Lot) park(agent, id string) (wait time.Duration, tell bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	e := l.entries[id]
 	if e == nil {
 		if len(l.entries) >= maxParked {
-			return engine.LaterBy(err, l.most)
+			return l.most, false
 		}
 		e = &entry{agent: agent}
 		l.entries[id] = e
 	}
-	wait := min(l.first<<min(e.sent, 16), l.most)
+	wait = min(l.first<<min(e.sent, 16), l.most)
 	e.sent++
 	if !e.lined {
 		e.lined = true
 		l.line[agent] = append(l.line[agent], id)
 	}
-	return engine.LaterBy(err, wait)
+	if l.tell != nil {
+		now := l.now()
+		if at, ok := l.toldParked[agent]; !ok || now.Sub(at) >= First {
+			remember(l.toldParked, agent, now, First)
+			tell = true
+		}
+	}
+	return wait, tell
 }
 
 // Took forgets a task that got its slot.
@@ -105,32 +173,50 @@ func (l *Lot) Took(id string) {
 
 // Free brings back the oldest task of agent parked here: one of the
 // agent's slots just freed. A Redis round trip for each task it tries (at
-// most tries), none when the agent has nothing parked here.
+// most tries), none when the agent has nothing parked here. With nothing
+// parked here, a lot in a fleet tells the others, if one of them parked a
+// task of agent lately.
 func (l *Lot) Free(agent string) {
+	if l.bringBack(agent) || l.tell == nil {
+		return
+	}
+	l.mu.Lock()
+	at, ok := l.heardParked[agent]
+	elsewhere := ok && l.now().Sub(at) < heardFor
+	l.mu.Unlock()
+	if elsewhere {
+		l.tell(l.freedTo, agent)
+	}
+}
+
+// bringBack brings back the oldest task of agent parked here, and reports
+// whether it found one (brought back, or kept for a later slot).
+func (l *Lot) bringBack(agent string) (found bool) {
 	relined := ""
 	for range tries {
 		id, ok := l.next(agent)
 		if !ok {
-			return
+			return found
 		}
 		if id == relined { // nothing else parked here
 			l.reline(id)
-			return
+			return true
 		}
 		switch err := l.run(id); {
 		case err == nil, errors.Is(err, reclaim.ErrTaskQueued):
-			return // back in its queue (the queued one: its wait ran out)
+			return true // back in its queue (the queued one: its wait ran out)
 		case errors.Is(err, reclaim.ErrTaskRunning):
 			// Sent back a moment ago and not yet in the retry set, or
 			// running elsewhere: it keeps a place, at the end.
 			l.reline(id)
-			relined = id
+			relined, found = id, true
 		case errors.Is(err, reclaim.ErrTaskGone), errors.Is(err, reclaim.ErrTaskNotWaiting):
 			l.Took(id) // ended, archived: nothing to bring back
 		default:
-			return // Redis did not answer: the waits bring tasks back
+			return true // Redis did not answer: the waits bring tasks back
 		}
 	}
+	return found
 }
 
 // next takes the oldest task of agent's line that is still parked.

@@ -67,3 +67,62 @@ func TestLot(t *testing.T) {
 	l.Free("b")
 	require.Equal(t, []string{"b1", "b1"}, ran, "and still parked")
 }
+
+// fakeFleet is two processes' pipelines: what one tells, the other hears.
+type fakeFleet struct {
+	told  []string // topic:msg, in order
+	heard map[string]func(string)
+	peer  *fakeFleet
+}
+
+func (f *fakeFleet) Tell(topic, msg string) {
+	f.told = append(f.told, topic+":"+msg)
+	if fn := f.peer.heard[topic]; fn != nil {
+		fn(msg)
+	}
+}
+
+func (f *fakeFleet) Heard(topic string, fn func(string)) { f.heard[topic] = fn }
+
+// In a fleet, a lot tells the others when it parks an agent's task (once
+// per First for each agent), and a slot of the agent freed elsewhere with
+// nothing of it parked there brings one back here; a slot freed with
+// nothing parked anywhere tells nobody.
+func TestLotsInAFleet(t *testing.T) {
+	one, two := &fakeFleet{heard: map[string]func(string){}}, &fakeFleet{heard: map[string]func(string){}}
+	one.peer, two.peer = two, one
+	now := time.Unix(1000, 0)
+	var ranOne, ranTwo []string
+	a := New("turn", func(id string) error { ranOne = append(ranOne, id); return nil })
+	b := New("turn", func(id string) error { ranTwo = append(ranTwo, id); return nil })
+	a.now, b.now = func() time.Time { return now }, func() time.Time { return now }
+	a.JoinFleet(one, "turn:ns")
+	b.JoinFleet(two, "turn:ns")
+
+	b.Free("x")
+	a.Free("x")
+	require.Empty(t, one.told, "nothing parked anywhere: a freed slot is no news")
+	require.Empty(t, two.told)
+
+	a.Park("x", "x1", errFull)
+	a.Park("x", "x2", errFull)
+	a.Park("y", "y1", errFull)
+	require.Equal(t, []string{"turn:ns-parked:x", "turn:ns-parked:y"}, one.told, "once per agent within First")
+	now = now.Add(First)
+	a.Park("x", "x1", errFull)
+	require.Equal(t, "turn:ns-parked:x", one.told[2], "and again after it")
+
+	b.Free("x") // a slot of x frees on process two, which parked nothing
+	require.Equal(t, []string{"turn:ns-freed:x"}, two.told)
+	require.Equal(t, []string{"x1"}, ranOne, "process one brings back its oldest")
+	require.Empty(t, ranTwo)
+	a.Free("x") // a slot frees where x has a task parked: no news
+	require.Equal(t, []string{"x1", "x2"}, ranOne)
+	require.Len(t, one.told, 3)
+
+	b.Free("z")
+	require.Len(t, two.told, 1, "nothing of z parked anywhere")
+	now = now.Add(heardFor)
+	b.Free("y")
+	require.Len(t, two.told, 1, "news of y's parked task is too old: its wait has brought it back")
+}
