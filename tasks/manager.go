@@ -132,8 +132,9 @@ func NewManager(rdb redis.UniversalClient, cfg bgjobs.Config, d Deps) *Manager {
 		turnCap:   turncap.New(rdb, store.Keys(), cfg.TurnConcurrency, cfg.TurnShare, cfg.PollInterval, lone.Is, d.Now, d.Logger),
 	}
 	m.turnsParked = parking.New("turn", func(id string) error { return m.runNow(engine.QueueTurns, id) })
-	m.turnsParked.JoinFleet(w, "turn:"+cfg.Namespace)
+	m.turnsParked.JoinFleet(w, "turn:"+cfg.Namespace, nil)
 	m.workParked = parking.New("work", func(id string) error { return m.runNow(engine.QueueWork, id) })
+	m.workParked.JoinFleet(w, "work:"+cfg.Namespace, func(agent string) bool { return m.workShare.Room(agent) })
 	m.workShare = workshare.New(cfg.WorkConcurrency, cfg.WorkShare, lone.Is, m.workParked)
 	return m
 }

@@ -735,6 +735,57 @@ func TestATurnEndingElsewhereBringsBackAParkedTurn(t *testing.T) {
 	require.Less(t, time.Since(start), time.Minute, "brought back by the other process's news, not by their waits")
 }
 
+// Work slots are each process's own: a work job parked on one process
+// (its agent at its share there) comes back when a slot frees on another
+// process that has room for its agent. Process two runs another agent's
+// two jobs, its only slots; process one runs the busy agent's one job (its
+// share) and another long job, parking the busy agent's other three
+// (waits of a minute) while it is full; when process two's jobs end, its
+// room brings the three back, one by one, and only it can fetch them.
+func TestAWorkSlotFreedElsewhereBringsBackParkedWork(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	env := testenv.New(t)
+	one := setupOn(t, env, func(c *bgjobs.Config, d *Deps) { c.WorkConcurrency, c.WorkShare = 2, 1 })
+	two := setupOn(t, env, func(c *bgjobs.Config, d *Deps) { c.WorkConcurrency, c.WorkShare = 2, 2 })
+	one.m.workParked.Waits(time.Minute, time.Minute)
+	for _, a := range []string{"other", "busy"} {
+		require.NoError(t, one.m.PutAgent(ctx, &bgjobs.Agent{Name: a}))
+	}
+	spawn := func(agent string, n int, d time.Duration) []string {
+		var ids []string
+		for i := range n {
+			req := echoSpawn("chat-1", fmt.Sprint(i), int(d.Milliseconds()), false)
+			req.Agent = agent
+			ids = append(ids, one.spawn(t, req).ID)
+		}
+		return ids
+	}
+	running := func(agent string, ids []string) func() bool {
+		return func() bool { return one.statusCounts(t, agent, ids)[bgjobs.StatusRunning] == len(ids) }
+	}
+	two.startWorker(t)
+	short := spawn("other", 2, holdFor)
+	testenv.Eventually(t, 30*time.Second, "process two runs the other agent's jobs", running("other", short))
+	one.startWorker(t)
+	long := spawn("busy", 1, 2*time.Minute)
+	testenv.Eventually(t, 30*time.Second, "process one runs the busy agent's share", running("busy", long))
+	start := time.Now()
+	parked := spawn("busy", 3, 0)
+	testenv.Eventually(t, 30*time.Second, "process one parks the rest", func() bool { return one.m.workParked.Parked() == 3 })
+	long = append(long, spawn("other", 1, 2*time.Minute)...)
+	testenv.Eventually(t, 30*time.Second, "process one is full", running("other", long[1:]))
+	testenv.Eventually(t, 45*time.Second, "the parked jobs completed", func() bool {
+		return one.statusCounts(t, "busy", parked)[bgjobs.StatusCompleted] == 3
+	})
+	t.Logf("three work jobs parked on process one completed %s after their spawn, brought back by room on process two", time.Since(start).Round(time.Millisecond))
+	require.Less(t, time.Since(start), time.Minute, "brought back by the other process's room, not by their waits")
+	for i, id := range long {
+		_, err := one.m.Cancel(ctx, []string{"busy", "other"}[i], id)
+		require.NoError(t, err)
+	}
+}
+
 // holdFor is how long the share's holders run in the parking tests: long
 // enough for a loaded machine to fetch and park the other jobs meanwhile,
 // well short of the parked jobs' minute-long waits.

@@ -9,9 +9,11 @@
 // second while it waited, for nothing. Now a task's wait doubles each time
 // this process sends it back (First, then twice that, … up to Most), and
 // each slot its agent frees on this process runs the oldest of them at
-// once. A turn ending on another process does too (the turn cap is the
-// fleet's: JoinFleet); a work slot freed on another process reaches a task
-// parked here within its wait.
+// once. A slot of the agent freed on another process, where nothing of it
+// is parked, brings one back from here too (JoinFleet): a turn's, since the
+// turn cap is the fleet's; a work slot's, since that process has room for
+// the agent (any process may fetch the task, and one at its share parks it
+// again).
 package parking
 
 import (
@@ -68,7 +70,19 @@ type Lot struct {
 	parkedTo, freedTo       string
 	now                     func() time.Time
 	toldParked, heardParked map[string]time.Time // agent → when
+	// room says this process has a slot for agent now (work slots are each
+	// process's own); nil for a share whose slots are the fleet's.
+	room func(agent string) bool
+	// offered: tasks brought back here at another process's word, and how
+	// often. Parked here again (this process fetched it first), such a task
+	// is told of at once, not once per First, up to maxOffers times.
+	offered map[string]int
 }
+
+// maxOffers bounds how often one task goes back to its queue at other
+// processes' word before it waits as any other: each time, any process
+// may fetch it, this one among them.
+const maxOffers = 8
 
 // New returns the lot of a share ("turn" or "work", as metrics name it)
 // whose tasks run brings back to their queue.
@@ -84,23 +98,42 @@ type Teller interface {
 }
 
 // JoinFleet shares the lot's news with the same lots of the other
-// processes, on topics named after prefix, for a share whose slots are the
-// fleet's (the turn cap): a slot one process frees may run a task another
-// parked. The lot tells the others when it parks a task of an agent (at
+// processes, on topics named after prefix: a slot one process frees may
+// run a task another parked. The lot tells the others when it parks a task of an agent (at
 // most once per First for each agent), and tells them of a slot of that
 // agent freed here, with nothing of it parked here, only when one of them
 // said it parked a task of that agent within heardFor. Before, every turn's
-// end was told to the fleet, a PUBLISH per turn, almost always for nothing.
+// end was told to the fleet, a PUBLISH per turn, almost always for nothing,
+// and a work task parked on one process waited out its wait (up to Most)
+// while another process had room for its agent.
 // Call it before the worker starts.
-func (l *Lot) JoinFleet(t Teller, prefix string) {
-	l.tell, l.parkedTo, l.freedTo = t.Tell, prefix+"-parked", prefix+"-freed"
-	l.toldParked, l.heardParked = map[string]time.Time{}, map[string]time.Time{}
+//
+// With room (work, whose slots are each process's own), a slot is free
+// here for an agent whenever room says so, whichever agent's job ended: a
+// process with room answers the word that an agent's task is parked
+// elsewhere at once, and tells of room for such an agent when any of its
+// slots frees.
+func (l *Lot) JoinFleet(t Teller, prefix string, room func(agent string) bool) {
+	l.tell, l.parkedTo, l.freedTo, l.room = t.Tell, prefix+"-parked", prefix+"-freed", room
+	l.toldParked, l.heardParked, l.offered = map[string]time.Time{}, map[string]time.Time{}, map[string]int{}
 	t.Heard(l.parkedTo, func(agent string) {
 		l.mu.Lock()
-		defer l.mu.Unlock()
 		remember(l.heardParked, agent, l.now(), heardFor)
+		l.mu.Unlock()
+		if room != nil && room(agent) {
+			l.tell(l.freedTo, agent)
+		}
 	})
-	t.Heard(l.freedTo, func(agent string) { l.bringBack(agent) })
+	t.Heard(l.freedTo, func(agent string) {
+		if id, _ := l.bringBack(agent); id != "" {
+			l.mu.Lock()
+			defer l.mu.Unlock()
+			if len(l.offered) >= maxParked {
+				clear(l.offered)
+			}
+			l.offered[id]++
+		}
+	})
 }
 
 // remember records agent's news at now, first dropping what is older than
@@ -153,7 +186,8 @@ func (l *Lot) park(agent, id string) (wait time.Duration, tell bool) {
 	}
 	if l.tell != nil {
 		now := l.now()
-		if at, ok := l.toldParked[agent]; !ok || now.Sub(at) >= First {
+		offers, offered := l.offered[id]
+		if at, ok := l.toldParked[agent]; !ok || now.Sub(at) >= First || offered && offers < maxOffers {
 			remember(l.toldParked, agent, now, First)
 			tell = true
 		}
@@ -165,6 +199,12 @@ func (l *Lot) park(agent, id string) (wait time.Duration, tell bool) {
 func (l *Lot) Took(id string) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	l.forget(id)
+	delete(l.offered, id)
+}
+
+// forget drops a parked task; the lock is held.
+func (l *Lot) forget(id string) {
 	if e := l.entries[id]; e != nil {
 		e.lined = false // its place in the line is skipped when reached
 		delete(l.entries, id)
@@ -177,34 +217,66 @@ func (l *Lot) Took(id string) {
 // parked here, a lot in a fleet tells the others, if one of them parked a
 // task of agent lately.
 func (l *Lot) Free(agent string) {
-	if l.bringBack(agent) || l.tell == nil {
+	if _, found := l.bringBack(agent); found || l.tell == nil {
 		return
 	}
-	l.mu.Lock()
-	at, ok := l.heardParked[agent]
-	elsewhere := ok && l.now().Sub(at) < heardFor
-	l.mu.Unlock()
-	if elsewhere {
-		l.tell(l.freedTo, agent)
+	if to := l.roomFor(agent); to != "" {
+		l.tell(l.freedTo, to)
 	}
 }
 
-// bringBack brings back the oldest task of agent parked here, and reports
-// whether it found one (brought back, or kept for a later slot).
-func (l *Lot) bringBack(agent string) (found bool) {
+// roomFor is the agent to tell of a slot freed here: agent itself if
+// another process parked a task of it lately; with room, else another such
+// agent this process has room for; "" for none.
+func (l *Lot) roomFor(agent string) string {
+	l.mu.Lock()
+	now := l.now()
+	fresh := func(a string) bool { at, ok := l.heardParked[a]; return ok && now.Sub(at) < heardFor }
+	var heard []string
+	if l.room != nil {
+		for a := range l.heardParked {
+			if a != agent && fresh(a) {
+				heard = append(heard, a)
+			}
+		}
+	}
+	self := fresh(agent)
+	l.mu.Unlock()
+	if self && (l.room == nil || l.room(agent)) {
+		return agent
+	}
+	for _, a := range heard {
+		if l.room(a) {
+			return a
+		}
+	}
+	return ""
+}
+
+// bringBack brings back the oldest task of agent parked here: it returns
+// the task's id, and whether it found one (brought back, or kept for a
+// later slot).
+func (l *Lot) bringBack(agent string) (brought string, found bool) {
 	relined := ""
 	for range tries {
 		id, ok := l.next(agent)
 		if !ok {
-			return found
+			return "", found
 		}
 		if id == relined { // nothing else parked here
 			l.reline(id)
-			return true
+			return "", true
 		}
 		switch err := l.run(id); {
 		case err == nil, errors.Is(err, reclaim.ErrTaskQueued):
-			return true // back in its queue (the queued one: its wait ran out)
+			// Back in its queue (the queued one: its wait ran out), where
+			// any process may fetch it: forgotten here, else a task another
+			// process runs would be remembered here for good (its offers
+			// stay counted).
+			l.mu.Lock()
+			l.forget(id)
+			l.mu.Unlock()
+			return id, true
 		case errors.Is(err, reclaim.ErrTaskRunning):
 			// Sent back a moment ago and not yet in the retry set, or
 			// running elsewhere: it keeps a place, at the end.
@@ -213,10 +285,10 @@ func (l *Lot) bringBack(agent string) (found bool) {
 		case errors.Is(err, reclaim.ErrTaskGone), errors.Is(err, reclaim.ErrTaskNotWaiting):
 			l.Took(id) // ended, archived: nothing to bring back
 		default:
-			return true // Redis did not answer: the waits bring tasks back
+			return "", true // Redis did not answer: the waits bring tasks back
 		}
 	}
-	return found
+	return "", found
 }
 
 // next takes the oldest task of agent's line that is still parked.

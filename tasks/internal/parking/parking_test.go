@@ -48,7 +48,7 @@ func TestLot(t *testing.T) {
 	answers["a3"] = reclaim.ErrTaskRunning
 	l.Free("a")
 	require.Equal(t, []string{"a2", "a3", "a4"}, ran, "a1 took a slot, a2 is gone, a3 not yet back: a4 comes")
-	require.Equal(t, 4, l.Parked(), "a3, a4 (brought back, remembered until it takes a slot), a5 and b1")
+	require.Equal(t, 3, l.Parked(), "a3, a5 and b1 (a4 brought back is forgotten: any process may fetch it)")
 
 	ran = nil
 	delete(answers, "a3")
@@ -66,6 +66,7 @@ func TestLot(t *testing.T) {
 	answers["b1"] = nil
 	l.Free("b")
 	require.Equal(t, []string{"b1", "b1"}, ran, "and still parked")
+	require.Zero(t, l.Parked())
 }
 
 // fakeFleet is two processes' pipelines: what one tells, the other hears.
@@ -96,8 +97,8 @@ func TestLotsInAFleet(t *testing.T) {
 	a := New("turn", func(id string) error { ranOne = append(ranOne, id); return nil })
 	b := New("turn", func(id string) error { ranTwo = append(ranTwo, id); return nil })
 	a.now, b.now = func() time.Time { return now }, func() time.Time { return now }
-	a.JoinFleet(one, "turn:ns")
-	b.JoinFleet(two, "turn:ns")
+	a.JoinFleet(one, "turn:ns", nil)
+	b.JoinFleet(two, "turn:ns", nil)
 
 	b.Free("x")
 	a.Free("x")
@@ -125,4 +126,45 @@ func TestLotsInAFleet(t *testing.T) {
 	now = now.Add(heardFor)
 	b.Free("y")
 	require.Len(t, two.told, 1, "news of y's parked task is too old: its wait has brought it back")
+}
+
+// Work slots are each process's own: a process with room for an agent
+// answers the word that a task of it is parked elsewhere at once, and
+// tells of room for it when any of its slots frees; a task brought back at
+// that word and parked again where it was (that process fetched it first)
+// is told of again at once, up to maxOffers times.
+func TestWorkLotsInAFleet(t *testing.T) {
+	one, two := &fakeFleet{heard: map[string]func(string){}}, &fakeFleet{heard: map[string]func(string){}}
+	one.peer, two.peer = two, one
+	var ranOne []string
+	a := New("work", func(id string) error { ranOne = append(ranOne, id); return nil })
+	b := New("work", func(id string) error { return nil })
+	roomOne, roomTwo := map[string]bool{}, map[string]bool{}
+	a.JoinFleet(one, "work:ns", func(agent string) bool { return roomOne[agent] })
+	b.JoinFleet(two, "work:ns", func(agent string) bool { return roomTwo[agent] })
+
+	a.Park("x", "x1", errFull)
+	require.Equal(t, []string{"work:ns-parked:x"}, one.told)
+	require.Empty(t, two.told, "process two is full: no answer")
+
+	roomTwo["x"] = true
+	b.Free("y") // a slot of another agent frees on process two
+	require.Equal(t, []string{"work:ns-freed:x"}, two.told, "room for x now")
+	require.Equal(t, []string{"x1"}, ranOne)
+
+	for i := range maxOffers + 2 {
+		a.Park("x", "x1", errFull) // process one fetched it first, and parks it again
+		if i < maxOffers-1 {
+			require.Len(t, ranOne, i+2, "told at once, answered, brought back (round %d)", i)
+		}
+	}
+	require.Len(t, ranOne, maxOffers, "then it waits as any other")
+	a.Took("x1")
+
+	before := len(one.told)
+	a.Park("x", "x2", errFull)
+	require.Len(t, one.told, before, "another task within First: no news")
+	roomTwo["x"] = false
+	b.Free("x")
+	require.Len(t, two.told, maxOffers, "no room: nothing told")
 }

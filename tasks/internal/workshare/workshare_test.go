@@ -37,6 +37,13 @@ func TestSlots(t *testing.T) {
 	require.Equal(t, []string{"a3"}, ran, "a's freed slot brings a3 back at once")
 	require.NoError(t, s.Take(ctx, "a", "a3"), "a released slot counts no more")
 	require.Zero(t, lot.Parked())
+	require.False(t, s.Room("a"), "a holds its share")
+	require.True(t, s.Room("c"), "two slots free, c under its share")
+	require.NoError(t, s.Take(ctx, "c", "c1"))
+	require.NoError(t, s.Take(ctx, "d", "d1"))
+	require.False(t, s.Room("e"), "every slot taken")
+	s.Release("c")
+	s.Release("d")
 
 	require.ErrorIs(t, s.Take(ctx, "a", "a4"), ErrShareFull)
 	require.ErrorIs(t, s.Take(ctx, "a", "a5"), ErrShareFull)
