@@ -57,6 +57,11 @@ func TestAJobWithItsOwnTimeout(t *testing.T) {
 	require.Contains(t, status, "timed out after 1s")
 
 	work := map[string]any{"type": "echo", "args": map[string]any{"text": "x"}}
+	// The console's card of a job not yet ended shows its limit.
+	code, later := rest.do("POST", "/v1/jobs", map[string]any{"origin_session": "chat-t", "kind": "work", "work": work, "timeout_s": 30, "start_in_s": 3600})
+	require.Equal(t, http.StatusAccepted, code, "%v", later)
+	_, home := getPage(t, "GET", base+"/", signIn(t, base, "ka"), "")
+	require.Regexp(t, `id="job-`+later["id"].(string)+`"(?s:.*?)class="limit"[^>]*>limit 30 s<`, home)
 	for _, bad := range []any{-1, 601, "soon", 1.5, 1e30} {
 		code, e := rest.do("POST", "/v1/jobs", map[string]any{"origin_session": "chat-t", "kind": "work", "work": work, "timeout_s": bad})
 		require.Equal(t, http.StatusBadRequest, code, "%v: %v", bad, e)
