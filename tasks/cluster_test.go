@@ -19,15 +19,8 @@ import (
 // killed between the two) leave outbox entries on every master; the sweep
 // finds each of them and every session's resume goes, once.
 func TestOutboxesOnEveryMasterAreSwept(t *testing.T) {
-	if testing.Short() {
-		t.Skip("starts a Redis Cluster")
-	}
-	t.Parallel()
-	addrs := testenv.StartRedisCluster(t, 3)
-	rdb := redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs})
-	t.Cleanup(func() { _ = rdb.Close() })
 	rr := &recordingResumer{}
-	b := setupOn(t, &testenv.Env{RDB: rdb, Namespace: testenv.NewNamespace()}, withResumer(rr))
+	b, rdb := setupOnACluster(t, withResumer(rr))
 	b.registerAgent(t, nil)
 	ctx := context.Background()
 
@@ -70,6 +63,18 @@ func TestOutboxesOnEveryMasterAreSwept(t *testing.T) {
 	}
 }
 
+// setupOnACluster starts a 3-master Redis Cluster of its own for a parallel
+// test and a manager on it.
+func setupOnACluster(t *testing.T, opts ...setupOpt) (*testBundle, *redis.ClusterClient) {
+	if testing.Short() {
+		t.Skip("starts a Redis Cluster")
+	}
+	t.Parallel()
+	rdb := redis.NewClusterClient(&redis.ClusterOptions{Addrs: testenv.StartRedisCluster(t, 3)})
+	t.Cleanup(func() { _ = rdb.Close() })
+	return setupOn(t, &testenv.Env{RDB: rdb, Namespace: testenv.NewNamespace()}, opts...), rdb
+}
+
 func minCount(m map[string]int) int {
 	least := -1
 	for _, n := range m {
@@ -84,14 +89,7 @@ func minCount(m map[string]int) int {
 // master and their tasks on the work queue's slot, a page at a time, and
 // settles exactly the jobs whose task is gone.
 func TestLostJobsOnAClusterAreSettled(t *testing.T) {
-	if testing.Short() {
-		t.Skip("starts a Redis Cluster")
-	}
-	t.Parallel()
-	addrs := testenv.StartRedisCluster(t, 3)
-	rdb := redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs})
-	t.Cleanup(func() { _ = rdb.Close() })
-	b := setupOn(t, &testenv.Env{RDB: rdb, Namespace: testenv.NewNamespace()})
+	b, rdb := setupOnACluster(t)
 	ctx := context.Background()
 
 	var jobs []*bgjobs.Job
