@@ -207,14 +207,22 @@ func retryCmd(ctx context.Context, getenv func(string) string, stdout io.Writer)
 				if session == "" && batch == "" && status == "" {
 					return bgjobs.FieldError("id", "name job ids, or select with --session, --batch or --status")
 				}
-				jobs, _, err := m.List(ctx, tasks.ListRequest{Agent: agent, Session: session, BatchID: batch, Status: status, Limit: tasks.ListLimitMax})
-				if err != nil {
-					return err
-				}
-				for _, j := range jobs {
-					if j.Status == bgjobs.StatusFailed || j.Status == bgjobs.StatusCancelled || (force && j.Status == bgjobs.StatusCompleted) {
-						ids = append(ids, j.ID)
+				// Every page: a batch of 1,000 may have hundreds to retry.
+				req := tasks.ListRequest{Agent: agent, Session: session, BatchID: batch, Status: status, Limit: tasks.ListLimitMax}
+				for {
+					jobs, next, err := m.List(ctx, req)
+					if err != nil {
+						return err
 					}
+					for _, j := range jobs {
+						if j.Status == bgjobs.StatusFailed || j.Status == bgjobs.StatusCancelled || (force && j.Status == bgjobs.StatusCompleted) {
+							ids = append(ids, j.ID)
+						}
+					}
+					if next == "" {
+						break
+					}
+					req.Cursor = next
 				}
 			}
 			var out []*bgjobs.Job

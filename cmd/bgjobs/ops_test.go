@@ -108,6 +108,24 @@ func TestRetryAndPurgeFromTheCLI(t *testing.T) {
 	out, err = cli(t, srv.URL(), "jobs", "show", undrained)
 	require.NoError(t, err)
 	require.Contains(t, out, "\nunread\n", "the result, whole")
+
+	// A selection retries every job it names, past a page of the list: a
+	// batch with 250 failed members (one page holds 200).
+	var specs []tasks.SpawnRequest
+	for range 250 {
+		specs = append(specs, tasks.SpawnRequest{Kind: bgjobs.KindWork, Description: "member",
+			Work: &bgjobs.WorkSpec{Type: "echo", Args: json.RawMessage(`{"text":"no","fail":true}`)}})
+	}
+	res, err := m.SpawnBatch(ctx, "default", "chat-b", specs)
+	require.NoError(t, err)
+	testenv.Eventually(t, 60*time.Second, "every member failed", func() bool {
+		b, err := m.GetBatch(ctx, "default", res.BatchID)
+		require.NoError(t, err)
+		return b.Settled == 250
+	})
+	out, err = cli(t, srv.URL(), "retry", "--batch", res.BatchID, "--dry-run")
+	require.NoError(t, err, out)
+	require.Equal(t, 250, strings.Count(out, "\n")-1, "every failed member, once: %s", out)
 }
 
 func TestStoredKeys(t *testing.T) {
