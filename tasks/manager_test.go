@@ -765,7 +765,9 @@ func TestAWorkSlotFreedElsewhereBringsBackParkedWork(t *testing.T) {
 		return func() bool { return one.statusCounts(t, agent, ids)[bgjobs.StatusRunning] == len(ids) }
 	}
 	two.startWorker(t)
-	short := spawn("other", 2, holdFor)
+	// Long enough for a loaded machine to park the busy agent's jobs on
+	// process one meanwhile, well short of their minute-long waits.
+	short := spawn("other", 2, 15*time.Second)
 	testenv.Eventually(t, 30*time.Second, "process two runs the other agent's jobs", running("other", short))
 	one.startWorker(t)
 	long := spawn("busy", 1, 2*time.Minute)
