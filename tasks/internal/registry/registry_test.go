@@ -72,6 +72,29 @@ func TestStartScript(t *testing.T) {
 	}
 }
 
+// Briefs reads what a sweep needs of each row, not the row: a started
+// job's status and start, a missing one as nil.
+func TestBriefs(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	started, queued := b.Job(t), b.Job(t)
+	_, err := b.S.Start(b.Ctx, bgjobs.Tag("alpha", "s"), started.ID, now)
+	require.NoError(t, err)
+	got, err := b.S.Briefs(b.Ctx, []string{started.ID, "bg-000000000fff", queued.ID})
+	require.NoError(t, err)
+	require.Len(t, got, 3)
+	require.Nil(t, got[1], "no such job")
+	require.Equal(t, bgjobs.StatusRunning, got[0].Status)
+	require.True(t, got[0].StartedAt.Equal(now))
+	require.Equal(t, bgjobs.StatusQueued, got[2].Status)
+	for _, j := range []*bgjobs.Job{got[0], got[2]} {
+		require.Equal(t, "alpha", j.Agent)
+		require.Equal(t, "s", j.OriginSession)
+		require.Equal(t, bgjobs.KindTurn, j.Kind)
+		require.Empty(t, j.Description, "only the brief's fields")
+	}
+}
+
 // A Redis that lost its scripts (restarted, flushed) answers NOSCRIPT to
 // the start and its row read rides behind it for nothing: the start loads
 // the script, runs, and reads the row again. On a server of its own, since

@@ -191,6 +191,49 @@ func (s *Store) LookupMany(ctx context.Context, ids []string) ([]*bgjobs.Job, er
 	return out, nil
 }
 
+// briefFields are the row fields Briefs reads.
+var briefFields = []string{fID, fAgent, fSession, fKind, fStatus, fStarted}
+
+// Briefs reads, in two round trips, only the id, agent, session, kind,
+// status and start of each job (nil for a missing row): a sweep over a
+// backlog looks at many rows, whose prompts may be 256 KiB each.
+func (s *Store) Briefs(ctx context.Context, ids []string) ([]*bgjobs.Job, error) {
+	if len(ids) == 0 {
+		return nil, nil
+	}
+	tags, err := s.rdb.HMGet(ctx, s.k.JobIndex(), ids...).Result()
+	if err != nil {
+		return nil, unavailable("look up jobs", err)
+	}
+	cmds := make([]*redis.SliceCmd, len(ids))
+	if _, err := s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for i, id := range ids {
+			if tag, _ := tags[i].(string); tag != "" {
+				cmds[i] = p.HMGet(ctx, s.k.Job(tag, id), briefFields...)
+			}
+		}
+		return nil
+	}); err != nil {
+		return nil, unavailable("read jobs", err)
+	}
+	out := make([]*bgjobs.Job, len(ids))
+	for i, c := range cmds {
+		if c == nil {
+			continue
+		}
+		h := make(map[string]string, len(briefFields))
+		for k, v := range c.Val() {
+			if v, ok := v.(string); ok {
+				h[briefFields[k]] = v
+			}
+		}
+		if h[fID] != "" {
+			out[i] = jobFromHash(h)
+		}
+	}
+	return out, nil
+}
+
 // Started is a job a worker may run now.
 type Started struct {
 	Job     *bgjobs.Job
