@@ -217,4 +217,10 @@ func TestConsoleActionsInABrowser(t *testing.T) {
 	open(t, ctx, base+"/?agent=alpha", "#jobs")
 	until(t, ctx, "a one-line header that fits", `document.querySelector('.bar').getBoundingClientRect().height < 60 && document.querySelector('.bar').scrollWidth <= document.querySelector('.bar').clientWidth`)
 	shot(t, ctx, "console-phone")
+
+	// Sign out, from the page's own button: the sign-in page, and the
+	// console no longer opens.
+	click(t, ctx, `form[action="/logout"] button`)
+	until(t, ctx, "the sign-in page", `!!document.querySelector('input[name=key]')`)
+	open(t, ctx, base+"/?agent=alpha", "input[name=key]")
 }
