@@ -165,6 +165,51 @@ func TestPurgeKeepsADrainsReplay(t *testing.T) {
 	require.Equal(t, first, again, "the repeat still finds its row")
 }
 
+// Purge reads an agent's rows a page at a time (500), and removes every
+// purgeable one across pages, handing back rows without their results.
+func TestPurgeAcrossPages(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.startWorker(t)
+	ctx := context.Background()
+	for range 2 {
+		var specs []SpawnRequest
+		for range 550 {
+			specs = append(specs, SpawnRequest{Kind: bgjobs.KindWork, Description: "m", Work: &bgjobs.WorkSpec{Type: "echo", Args: []byte(`{"text":"a result"}`)}})
+		}
+		res, err := b.m.SpawnBatch(ctx, "alpha", "chat-p", specs)
+		require.NoError(t, err)
+		testenv.Eventually(t, 60*time.Second, "the batch ended", func() bool {
+			bt, err := b.m.GetBatch(ctx, "alpha", res.BatchID)
+			require.NoError(t, err)
+			return bt.Settled == 550
+		})
+	}
+	unread := b.spawn(t, echoSpawn("chat-unread", "unread", 0, false))
+	b.waitStatus(t, unread.ID, bgjobs.StatusCompleted, 20*time.Second)
+	drained := 0
+	for {
+		ns, err := b.m.Drain(ctx, "alpha", "chat-p", "")
+		require.NoError(t, err)
+		if len(ns) == 0 {
+			break
+		}
+		drained += len(ns)
+	}
+	require.Equal(t, 1100, drained)
+
+	purged, err := b.m.Purge(ctx, PurgeRequest{})
+	require.NoError(t, err)
+	require.Equal(t, 1100, len(purged), "every drained job, across pages; never the undrained one")
+	for _, j := range purged {
+		require.Nil(t, j.Result, "rows handed back without their results")
+	}
+	left, _, err := b.m.List(ctx, ListRequest{Agent: "alpha"})
+	require.NoError(t, err)
+	require.Len(t, left, 1)
+	require.Equal(t, unread.ID, left[0].ID)
+}
+
 // A list page stays small however large the jobs' arguments: rows carry an
 // excerpt of large work_args; the job itself still has them whole.
 func TestListCarriesAnExcerptOfLargeArgs(t *testing.T) {

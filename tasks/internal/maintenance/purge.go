@@ -3,6 +3,7 @@ package maintenance
 import (
 	"context"
 	"errors"
+	"slices"
 	"time"
 
 	"github.com/bgjobs/bgjobs"
@@ -23,7 +24,12 @@ type PurgeRequest struct {
 
 // Purge removes the registry rows of ended jobs whose result was already
 // handed over, and their leftover asynq tasks; never a queued, running or
-// undrained job. It returns the jobs it removed (or would remove).
+// undrained job. It returns the jobs it removed (or would remove), without
+// their prompts and results, as lists give them.
+//
+// It reads an agent's rows purgePage at a time: read all at once, the rows
+// of a deployment with a million ended jobs, reports and all, were loaded
+// into memory together before the first was removed.
 func (m *Maintainer) Purge(ctx context.Context, req PurgeRequest) ([]*bgjobs.Job, error) {
 	for _, s := range req.Statuses {
 		if !s.Terminal() {
@@ -44,33 +50,39 @@ func (m *Maintainer) Purge(ctx context.Context, req PurgeRequest) ([]*bgjobs.Job
 		if err != nil {
 			return out, err
 		}
-		jobs, err := m.Store.LookupMany(ctx, ids)
-		if err != nil {
-			return out, err
-		}
-		for i, j := range jobs {
-			if j == nil {
-				m.Store.Unlist(registry.JobList{Agent: agent}, ids[i])
-				continue
+		for page := range slices.Chunk(ids, purgePage) {
+			jobs, err := m.Store.LookupMany(ctx, page)
+			if err != nil {
+				return out, err
 			}
-			if !purgeable(j, req, cutoff, m.Now()) {
-				continue
-			}
-			if !req.DryRun {
-				err := m.Store.Remove(ctx, j)
-				if errors.Is(err, registry.ErrNoJob) || errors.Is(err, registry.ErrNotEnded) {
-					continue // deleted or retried since it was read: not ours to purge
+			for i, j := range jobs {
+				if j == nil {
+					m.Store.Unlist(registry.JobList{Agent: agent}, page[i])
+					continue
 				}
-				if err != nil {
-					return out, err
+				if !purgeable(j, req, cutoff, m.Now()) {
+					continue
 				}
-				m.Engine.DeleteTask(j)
+				if !req.DryRun {
+					err := m.Store.Remove(ctx, j)
+					if errors.Is(err, registry.ErrNoJob) || errors.Is(err, registry.ErrNotEnded) {
+						continue // deleted or retried since it was read: not ours to purge
+					}
+					if err != nil {
+						return out, err
+					}
+					m.Engine.DeleteTask(j)
+				}
+				j.Prompt, j.Result = "", nil
+				out = append(out, j)
 			}
-			out = append(out, j)
 		}
 	}
 	return out, nil
 }
+
+// purgePage is how many rows Purge reads at once.
+const purgePage = 500
 
 // purgeable: ended, handed over, older than the cutoff, of a status asked
 // for, and not awaited by the repeat of a drain (whatever --older-than says).
