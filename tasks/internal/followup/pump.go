@@ -162,7 +162,7 @@ func (f *Followups) join(ctx context.Context, tag string, e registry.Entry) erro
 	if f.indexerAlive(ctx) {
 		// Like a single job's nudge, the join waits until the drain would
 		// hand over every member.
-		members, err := f.store.LookupMany(ctx, b.Jobs)
+		members, err := f.store.Briefs(ctx, b.Jobs)
 		if err != nil {
 			return err
 		}

@@ -140,7 +140,7 @@ func (f *Followups) deliveryFailed(ctx context.Context, tag string, p engine.Res
 
 // anyUndrained reports whether any of the jobs is still to be handed over.
 func (f *Followups) anyUndrained(ctx context.Context, ids []string) (bool, error) {
-	jobs, err := f.store.LookupMany(ctx, ids)
+	jobs, err := f.store.Briefs(ctx, ids)
 	if err != nil {
 		return false, err
 	}

@@ -86,6 +86,8 @@ func TestBriefs(t *testing.T) {
 	require.Nil(t, got[1], "no such job")
 	require.Equal(t, bgjobs.StatusRunning, got[0].Status)
 	require.True(t, got[0].StartedAt.Equal(now))
+	require.False(t, got[0].Notified)
+	require.Nil(t, got[0].CompletedAt)
 	require.Equal(t, bgjobs.StatusQueued, got[2].Status)
 	for _, j := range []*bgjobs.Job{got[0], got[2]} {
 		require.Equal(t, "alpha", j.Agent)

@@ -192,11 +192,13 @@ func (s *Store) LookupMany(ctx context.Context, ids []string) ([]*bgjobs.Job, er
 }
 
 // briefFields are the row fields Briefs reads.
-var briefFields = []string{fID, fAgent, fSession, fKind, fStatus, fStarted}
+var briefFields = []string{fID, fAgent, fSession, fKind, fStatus, fStarted, fCompleted, fNotified, fHoldIndex, fReportIndexed}
 
-// Briefs reads, in two round trips, only the id, agent, session, kind,
-// status and start of each job (nil for a missing row): a sweep over a
-// backlog looks at many rows, whose prompts may be 256 KiB each.
+// Briefs reads, in two round trips, only the small fields of each job (nil
+// for a missing row): id, agent, session, kind, status, start and end,
+// notified, held for the index and indexed. What looks at many rows at once
+// (a sweep over a backlog, a join of 1,000 members) must not load their
+// prompts (up to 256 KiB each) and reports.
 func (s *Store) Briefs(ctx context.Context, ids []string) ([]*bgjobs.Job, error) {
 	if len(ids) == 0 {
 		return nil, nil
