@@ -116,6 +116,7 @@ type JobStatus struct {
 	Note         string        `json:"note,omitempty"`
 	CreatedAt    time.Time     `json:"created_at"`
 	RunAt        *time.Time    `json:"run_at,omitempty" jsonschema:"when a job spawned with start_in_s starts (within a few seconds)"`
+	TimeoutS     int64         `json:"timeout_s,omitempty" jsonschema:"the job's own time limit in seconds, when its spawn set one"`
 	StartedAt    *time.Time    `json:"started_at,omitempty"`
 	CompletedAt  *time.Time    `json:"completed_at,omitempty"`
 }
@@ -170,7 +171,7 @@ func (in JobSpec) request(agent, session string) (tasks.SpawnRequest, error) {
 func statusOf(j *bgjobs.Job) JobStatus {
 	s := JobStatus{JobID: j.ID, Description: j.Description, Status: j.Status, Kind: j.Kind, SubagentType: j.SubagentType,
 		BatchID: j.BatchID, Progress: j.Progress, Attempts: j.Attempts, Delivered: j.Notified,
-		CreatedAt: j.CreatedAt, StartedAt: j.StartedAt, CompletedAt: j.CompletedAt}
+		CreatedAt: j.CreatedAt, StartedAt: j.StartedAt, CompletedAt: j.CompletedAt, TimeoutS: j.TimeoutS}
 	if !j.RunAt.IsZero() {
 		s.RunAt = &j.RunAt
 	}

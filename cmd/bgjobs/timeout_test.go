@@ -55,6 +55,7 @@ func TestAJobWithItsOwnTimeout(t *testing.T) {
 	status, _, isErr := callTool(t, s, "background_status", map[string]any{"job_id": ids[2]})
 	require.False(t, isErr, status)
 	require.Contains(t, status, "timed out after 1s")
+	require.Contains(t, status, `"timeout_s": 1`)
 
 	work := map[string]any{"type": "echo", "args": map[string]any{"text": "x"}}
 	// The console's card of a job not yet ended shows its limit.
