@@ -164,31 +164,8 @@ func (s *Store) Lookup(ctx context.Context, id string) (*bgjobs.Job, error) {
 
 // LookupMany reads rows by id in two round trips; a missing row is nil.
 func (s *Store) LookupMany(ctx context.Context, ids []string) ([]*bgjobs.Job, error) {
-	if len(ids) == 0 {
-		return nil, nil
-	}
-	tags, err := s.rdb.HMGet(ctx, s.k.JobIndex(), ids...).Result()
-	if err != nil {
-		return nil, unavailable("look up jobs", err)
-	}
-	cmds := make([]*redis.MapStringStringCmd, len(ids))
-	if _, err := s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
-		for i, id := range ids {
-			if tag, _ := tags[i].(string); tag != "" {
-				cmds[i] = p.HGetAll(ctx, s.k.Job(tag, id))
-			}
-		}
-		return nil
-	}); err != nil {
-		return nil, unavailable("read jobs", err)
-	}
-	out := make([]*bgjobs.Job, len(ids))
-	for i, c := range cmds {
-		if c != nil && len(c.Val()) > 0 {
-			out[i] = jobFromHash(c.Val())
-		}
-	}
-	return out, nil
+	return readRows(ctx, s, ids, func(p redis.Pipeliner, key string) *redis.MapStringStringCmd { return p.HGetAll(ctx, key) },
+		func(c *redis.MapStringStringCmd) map[string]string { return c.Val() })
 }
 
 // briefFields are the row fields Briefs reads.
@@ -200,6 +177,21 @@ var briefFields = []string{fID, fAgent, fSession, fKind, fStatus, fStarted, fCom
 // (a sweep over a backlog, a join of 1,000 members) must not load their
 // prompts (up to 256 KiB each) and reports.
 func (s *Store) Briefs(ctx context.Context, ids []string) ([]*bgjobs.Job, error) {
+	return readRows(ctx, s, ids, func(p redis.Pipeliner, key string) *redis.SliceCmd { return p.HMGet(ctx, key, briefFields...) },
+		func(c *redis.SliceCmd) map[string]string {
+			h := make(map[string]string, len(briefFields))
+			for k, v := range c.Val() {
+				if v, ok := v.(string); ok {
+					h[briefFields[k]] = v
+				}
+			}
+			return h
+		})
+}
+
+// readRows reads the rows of ids in two round trips, the job index's tags
+// and then a read of each row, pipelined; a missing row is nil.
+func readRows[C redis.Cmder](ctx context.Context, s *Store, ids []string, read func(redis.Pipeliner, string) C, fields func(C) map[string]string) ([]*bgjobs.Job, error) {
 	if len(ids) == 0 {
 		return nil, nil
 	}
@@ -207,11 +199,12 @@ func (s *Store) Briefs(ctx context.Context, ids []string) ([]*bgjobs.Job, error)
 	if err != nil {
 		return nil, unavailable("look up jobs", err)
 	}
-	cmds := make([]*redis.SliceCmd, len(ids))
+	cmds := make([]C, len(ids))
+	asked := make([]bool, len(ids))
 	if _, err := s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 		for i, id := range ids {
 			if tag, _ := tags[i].(string); tag != "" {
-				cmds[i] = p.HMGet(ctx, s.k.Job(tag, id), briefFields...)
+				cmds[i], asked[i] = read(p, s.k.Job(tag, id)), true
 			}
 		}
 		return nil
@@ -220,16 +213,10 @@ func (s *Store) Briefs(ctx context.Context, ids []string) ([]*bgjobs.Job, error)
 	}
 	out := make([]*bgjobs.Job, len(ids))
 	for i, c := range cmds {
-		if c == nil {
+		if !asked[i] {
 			continue
 		}
-		h := make(map[string]string, len(briefFields))
-		for k, v := range c.Val() {
-			if v, ok := v.(string); ok {
-				h[briefFields[k]] = v
-			}
-		}
-		if h[fID] != "" {
+		if h := fields(c); h[fID] != "" {
 			out[i] = jobFromHash(h)
 		}
 	}
