@@ -251,6 +251,35 @@ func TestConsolePagingSearchAndActions(t *testing.T) {
 	_, none := getPage(t, "GET", base+"/?q=zebra", sess, "")
 	require.Contains(t, none, "No jobs match.")
 
+	// A batch's page shows its members 100 at a time, each once.
+	var members []any
+	for i := range 230 {
+		members = append(members, map[string]any{"kind": "work", "description": fmt.Sprintf("Member %03d", i),
+			"work": map[string]any{"type": "echo", "args": map[string]any{"text": "m"}}})
+	}
+	_, bt := a.do("POST", "/v1/batches", map[string]any{"origin_session": "chat-m", "jobs": members})
+	seen := map[string]bool{}
+	next := "/batches/" + bt["batch_id"].(string)
+	for _, want := range []int{100, 100, 30} {
+		require.NotEmpty(t, next, "a link to more members")
+		_, page := getPage(t, "GET", base+next, sess, "")
+		got := regexp.MustCompile(`<li id="job-([^"]+)"`).FindAllStringSubmatch(page, -1)
+		require.Len(t, got, want)
+		for _, m := range got {
+			require.False(t, seen[m[1]], "each member once")
+			seen[m[1]] = true
+		}
+		require.Contains(t, page, fmt.Sprintf("members %d–%d of 230", len(seen)-want+1, len(seen)))
+		next = ""
+		if more := regexp.MustCompile(`class="button older" href="([^"]+)"`).FindStringSubmatch(page); more != nil {
+			next = html.UnescapeString(more[1])
+		}
+	}
+	require.Empty(t, next, "no link past the last member")
+	require.Len(t, seen, 230)
+	bad, _ := getPage(t, "GET", base+"/batches/"+bt["batch_id"].(string)+"?from=230", sess, "")
+	require.Equal(t, http.StatusBadRequest, bad.StatusCode)
+
 	// The buttons: a cross-site form with the cookie is refused; the
 	// console's own htmx request deletes.
 	post := func(hdr map[string]string) int {

@@ -6,9 +6,11 @@ package console
 
 import (
 	"context"
+	"fmt"
 	"net/http"
 	"net/url"
 	"slices"
+	"strconv"
 	"strings"
 
 	"github.com/labstack/echo/v4"
@@ -63,6 +65,9 @@ type Page struct {
 	Query   string
 	Result  *search.RecallResult
 	Batch   *bgjobs.Batch
+	// Members says which of a batch's members the page shows ("101–200"),
+	// when it shows fewer than all.
+	Members string
 	Error   string
 	// Next is where the sign-in form goes on to.
 	Next string
@@ -279,17 +284,40 @@ func (cs *Console) Viewer(c echo.Context) error {
 	return Render(c, "viewer", d)
 }
 
-// Batch is a batch's page: its join state and its members' rows.
+// batchPage is how many members a batch's page shows: a batch holds up to
+// 1,000, and each row carries its report's excerpt (all at once, a page
+// read every member's report whole and rendered a thousand of them).
+const batchPage = 100
+
+// Batch is a batch's page: its join state and its members' rows, batchPage
+// at a time (?from=, the first member shown).
 func (cs *Console) Batch(c echo.Context) error {
 	d, err := cs.batchHeader(c)
 	if err != nil {
 		return err
 	}
-	js, err := cs.m.GetMany(c.Request().Context(), d.Agent, d.Batch.Jobs)
+	from := 0
+	if s := c.QueryParam("from"); s != "" {
+		if from, err = strconv.Atoi(s); err != nil || from < 0 || from >= max(len(d.Batch.Jobs), 1) {
+			return bgjobs.FieldError("from", "a member's place in the batch, 0 to %d", max(len(d.Batch.Jobs)-1, 0))
+		}
+	}
+	to := min(from+batchPage, len(d.Batch.Jobs))
+	js, err := cs.m.GetMany(c.Request().Context(), d.Agent, d.Batch.Jobs[from:to])
 	if err != nil {
 		return err
 	}
 	d.addRows(js)
+	if from > 0 || to < len(d.Batch.Jobs) {
+		d.Members = fmt.Sprintf("members %d–%d of %d", from+1, to, len(d.Batch.Jobs))
+	}
+	if to < len(d.Batch.Jobs) {
+		q := url.Values{"from": {strconv.Itoa(to)}}
+		if d.As != "" {
+			q.Set("agent", d.Agent)
+		}
+		d.OlderURL = "/batches/" + d.Batch.ID + "?" + q.Encode()
+	}
 	return Render(c, "batch", d)
 }
 

@@ -131,7 +131,7 @@ func Document() map[string]any {
 		"/console/batches/{id}/state": htmlPage("A batch's join state in the console (htmx)"),
 		"/jobs/{id}":                  htmlPage("A job's report, its markdown rendered and sanitised"),
 		"/memory":                     htmlPage("Search your memory"),
-		"/batches/{id}":               htmlPage("A batch: its counts, join state and members, live"),
+		"/batches/{id}":               htmlPage("A batch: its counts, join state and members (100 a page, ?from= the first shown), live"),
 		"/login":                      obj{"get": htmlGet("Sign in"), "post": htmlGet("Sign in with a key (sets an HttpOnly, SameSite=Strict cookie)")},
 		"/logout":                     obj{"post": htmlGet("Sign out")},
 		"/static/{path}":              obj{"get": obj{"summary": "Embedded console assets", "responses": obj{"200": obj{"description": "file"}}}},
