@@ -2,8 +2,6 @@ package handlers
 
 import (
 	"context"
-	"crypto/sha256"
-	"crypto/subtle"
 	"net/http"
 	"strings"
 
@@ -48,37 +46,29 @@ func setCaller(c echo.Context, who caller) {
 type authenticator struct {
 	*keys.Keys
 	m *tasks.Manager
-	// metricsKeys are the digests of the keys /metrics takes (the metrics
-	// key and the admin key); none when no metrics key is set.
-	metricsKeys [][32]byte
+	// metricsKeys are the keys /metrics takes (the metrics key and the
+	// admin key); none when no metrics key is set.
+	metricsKeys keys.Set
 }
 
 func newAuthenticator(cfg bgjobs.Config, m *tasks.Manager) *authenticator {
 	a := &authenticator{Keys: keys.New(cfg, m.AgentOfKey, m.StoredKeyCount), m: m}
 	if cfg.MetricsKey != "" {
-		a.metricsKeys = append(a.metricsKeys, sha256.Sum256([]byte(cfg.MetricsKey)))
-		if cfg.AdminKey != "" {
-			a.metricsKeys = append(a.metricsKeys, sha256.Sum256([]byte(cfg.AdminKey)))
-		}
+		a.metricsKeys = keys.NewSet(cfg.MetricsKey, cfg.AdminKey)
 	}
 	return a
 }
 
-// scraperAuth admits a /metrics scrape by its bearer key when keys (their
-// digests) are given, compared in constant time against each of them.
-func scraperAuth(keys [][32]byte) echo.MiddlewareFunc {
+// scraperAuth admits a /metrics scrape by its bearer key when a set of
+// keys is given.
+func scraperAuth(set keys.Set) echo.MiddlewareFunc {
 	return func(next echo.HandlerFunc) echo.HandlerFunc {
 		return func(c echo.Context) error {
-			if len(keys) == 0 {
+			if len(set) == 0 {
 				return next(c)
 			}
 			key, _ := strings.CutPrefix(c.Request().Header.Get("Authorization"), "Bearer ")
-			sum := sha256.Sum256([]byte(strings.TrimSpace(key)))
-			ok := 0
-			for _, k := range keys {
-				ok |= subtle.ConstantTimeCompare(sum[:], k[:])
-			}
-			if ok != 1 {
+			if !set.Has(strings.TrimSpace(key)) {
 				c.Response().Header().Set("WWW-Authenticate", `Bearer realm="bgjobs metrics"`)
 				return bgjobs.Errorf(bgjobs.EUnauthenticated, "/metrics needs BGJOBS_METRICS_KEY (or the admin key) as Authorization: Bearer <key>")
 			}

@@ -122,11 +122,7 @@ func fromAnotherSite(r *http.Request) bool {
 		return site != "same-origin" && site != "none"
 	}
 	origin := r.Header.Get("Origin")
-	if origin == "" || origin == "null" {
-		return false
-	}
-	u, err := url.Parse(origin)
-	return err != nil || u.Host != r.Host
+	return origin != "" && origin != "null" && !console.SameOrigin(r)
 }
 
 var errAnotherSite = bgjobs.Errorf(bgjobs.EForbidden, "sign-in and sign-out are taken only from this server's own pages")

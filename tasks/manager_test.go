@@ -1229,18 +1229,26 @@ func TestStartInHoldsAJobBack(t *testing.T) {
 	require.NoError(t, err)
 	require.True(t, st.Gone, "the cancel took its scheduled task away")
 
-	for name, bad := range map[string]func(*SpawnRequest){
+	b.requireRefused(t, "start_in_s", map[string]func(*SpawnRequest){
 		"past the cap": func(r *SpawnRequest) { r.StartIn = StartInMax + time.Second },
 		"negative":     func(r *SpawnRequest) { r.StartIn = -time.Second },
 		"with a wait":  func(r *SpawnRequest) { r.StartIn, r.Wait = time.Minute, time.Second },
 		"with a turn":  func(r *SpawnRequest) { r.StartIn, r.TurnID = time.Minute, "turn-1" },
-	} {
+	})
+}
+
+// requireRefused spawns an echo job changed by each of bad and requires a
+// 400 naming field.
+func (b *testBundle) requireRefused(t *testing.T, field string, bad map[string]func(*SpawnRequest)) {
+	t.Helper()
+	for name, change := range bad {
 		r := echoSpawn("chat-1", "x", 0, false)
-		bad(&r)
-		_, _, err := b.m.Spawn(ctx, r)
+		change(&r)
+		_, _, err := b.m.Spawn(context.Background(), r)
 		var e *bgjobs.Error
 		require.ErrorAs(t, err, &e, name)
-		require.Equal(t, "start_in_s", e.Field, name)
+		require.Equal(t, bgjobs.EInvalid, e.Code, name)
+		require.Equal(t, field, e.Field, name)
 	}
 }
 
@@ -1269,14 +1277,10 @@ func TestAJobsOwnTimeoutEndsIt(t *testing.T) {
 	b.waitStatus(t, fast.ID, bgjobs.StatusCompleted, 30*time.Second)
 	require.Len(t, b.drain(t, "chat-1"), 2)
 
-	for name, n := range map[string]int64{"negative": -1, "past the process's limit": int64(b.m.cfg.RunTimeout/time.Second) + 1} {
-		r := echoSpawn("chat-1", "x", 0, false)
-		r.TimeoutS = n
-		_, _, err := b.m.Spawn(ctx, r)
-		var e *bgjobs.Error
-		require.ErrorAs(t, err, &e, name)
-		require.Equal(t, "timeout_s", e.Field, name)
-	}
+	b.requireRefused(t, "timeout_s", map[string]func(*SpawnRequest){
+		"negative":                 func(r *SpawnRequest) { r.TimeoutS = -1 },
+		"past the process's limit": func(r *SpawnRequest) { r.TimeoutS = int64(b.m.cfg.RunTimeout/time.Second) + 1 },
+	})
 
 	// The same idempotency key with another timeout is another request.
 	r := echoSpawn("chat-1", "keyed", 0, false)

@@ -277,8 +277,9 @@ func TestConsolePagingSearchAndActions(t *testing.T) {
 	}
 	require.Empty(t, next, "no link past the last member")
 	require.Len(t, seen, 230)
-	bad, _ := getPage(t, "GET", base+"/batches/"+bt["batch_id"].(string)+"?from=230", sess, "")
+	bad, said := getPage(t, "GET", base+"/batches/"+bt["batch_id"].(string)+"?from=230", sess, "")
 	require.Equal(t, http.StatusBadRequest, bad.StatusCode)
+	require.Contains(t, said, "a member's place in the batch, 0 to 229", "the page says what from takes")
 
 	// The buttons: a cross-site form with the cookie is refused; the
 	// console's own htmx request deletes.

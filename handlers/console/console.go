@@ -265,8 +265,13 @@ func Origin(next echo.HandlerFunc) echo.HandlerFunc {
 
 // FromConsole reports whether r is an htmx request from this origin.
 func FromConsole(r *http.Request) bool {
+	return r.Header.Get("HX-Request") == "true" && SameOrigin(r)
+}
+
+// SameOrigin reports whether the request's Origin names this server.
+func SameOrigin(r *http.Request) bool {
 	o, err := url.Parse(r.Header.Get("Origin"))
-	return r.Header.Get("HX-Request") == "true" && err == nil && o.Host != "" && o.Host == r.Host
+	return err == nil && o.Host != "" && o.Host == r.Host
 }
 
 // Viewer is a job's page: its details and its report, rendered.

@@ -28,17 +28,13 @@ const idleWindow = 15 * time.Second
 // commands included, so nothing else may use that Redis meanwhile) and the
 // share of one core this process burns.
 func Idle(ctx context.Context, o Options, out io.Writer) error {
-	rdb, where, closeRedis, err := connect(ctx, o.RedisURL)
+	own, err := newOwnManager(ctx, o, bgjobs.Config{}, quietDeps)
 	if err != nil {
 		return err
 	}
-	defer closeRedis()
-	fmt.Fprintf(out, "\nidle serve process (workers, search writer, API), shipped defaults, over %s, redis %s\n", idleWindow, where)
-	ns := namespace()
-	defer redisns.DropNamespace(context.Background(), rdb, ns)
-	cfg := bgjobs.Config{Namespace: ns}.WithDefaults()
-	m := tasks.NewManager(rdb, cfg, tasks.Deps{Logger: quiet})
-	defer m.Close()
+	defer own.close()
+	rdb, cfg, m := own.rdb, own.cfg, own.m
+	fmt.Fprintf(out, "\nidle serve process (workers, search writer, API), shipped defaults, over %s, redis %s\n", idleWindow, own.where)
 	w := m.NewWorker()
 	if err := w.Start(ctx); err != nil {
 		return err
@@ -57,6 +53,36 @@ func Idle(ctx context.Context, o Options, out io.Writer) error {
 	time.Sleep(time.Second) // past start-up sweeps
 	return watch(ctx, rdb, out, "goal ≤ 20; baseline ~685", "   (goal ≤ 1 %; baseline 10–15 %)")
 }
+
+// ownManager is a phase's Manager in a namespace of its own on the bench's
+// Redis.
+type ownManager struct {
+	rdb   redis.UniversalClient
+	where string
+	cfg   bgjobs.Config // with its defaults
+	m     *tasks.Manager
+	// close stops the Manager, drops the namespace and closes Redis.
+	close func()
+}
+
+// newOwnManager connects to o's Redis and makes a Manager with cfg in a
+// fresh namespace; deps gives its Deps for the completed cfg.
+func newOwnManager(ctx context.Context, o Options, cfg bgjobs.Config, deps func(bgjobs.Config) tasks.Deps) (*ownManager, error) {
+	rdb, where, closeRedis, err := connect(ctx, o.RedisURL)
+	if err != nil {
+		return nil, err
+	}
+	cfg.Namespace = namespace()
+	cfg = cfg.WithDefaults()
+	m := tasks.NewManager(rdb, cfg, deps(cfg))
+	return &ownManager{rdb: rdb, where: where, cfg: cfg, m: m, close: func() {
+		_ = m.Close()
+		redisns.DropNamespace(context.Background(), rdb, cfg.Namespace)
+		closeRedis()
+	}}, nil
+}
+
+func quietDeps(bgjobs.Config) tasks.Deps { return tasks.Deps{Logger: quiet} }
 
 // watch prints what Redis ran (commands a second, inner script commands
 // included, so nothing else may use that Redis meanwhile) and the share of
@@ -94,17 +120,13 @@ const (
 // load before such jobs were parked (each came back every one to four
 // seconds), measured with the same shape.
 func Parked(ctx context.Context, o Options, out io.Writer) error {
-	rdb, where, closeRedis, err := connect(ctx, o.RedisURL)
+	own, err := newOwnManager(ctx, o, bgjobs.Config{ShutdownTimeout: time.Second}, quietDeps)
 	if err != nil {
 		return err
 	}
-	defer closeRedis()
-	fmt.Fprintf(out, "\n%d work jobs waiting past their agent's share (5 of 10 slots held), after %s, over %s, redis %s\n", parkedJobs, parkedSettle, idleWindow, where)
-	ns := namespace()
-	defer redisns.DropNamespace(context.Background(), rdb, ns)
-	cfg := bgjobs.Config{Namespace: ns, ShutdownTimeout: time.Second}.WithDefaults()
-	m := tasks.NewManager(rdb, cfg, tasks.Deps{Logger: quiet})
-	defer m.Close()
+	defer own.close()
+	rdb, cfg, m := own.rdb, own.cfg, own.m
+	fmt.Fprintf(out, "\n%d work jobs waiting past their agent's share (5 of 10 slots held), after %s, over %s, redis %s\n", parkedJobs, parkedSettle, idleWindow, own.where)
 	for _, a := range []string{"busy", "other"} {
 		if err := m.PutAgent(ctx, &bgjobs.Agent{Name: a}); err != nil {
 			return err
@@ -143,18 +165,16 @@ const sweepBacklog = 20000
 // reconciler looks at every job past its minute's grace. The baseline is
 // the sweep reading one job at a time.
 func Sweep(ctx context.Context, o Options, out io.Writer) error {
-	rdb, where, closeRedis, err := connect(ctx, o.RedisURL)
+	var ahead atomic.Int64 // the clock moves past the reconciler's grace once the backlog is queued
+	own, err := newOwnManager(ctx, o, bgjobs.Config{}, func(bgjobs.Config) tasks.Deps {
+		return tasks.Deps{Logger: quiet, Now: func() time.Time { return time.Now().Add(time.Duration(ahead.Load())) }}
+	})
 	if err != nil {
 		return err
 	}
-	defer closeRedis()
-	fmt.Fprintf(out, "\none maintenance sweep over %d queued jobs, redis %s\n", sweepBacklog, where)
-	ns := namespace()
-	defer redisns.DropNamespace(context.Background(), rdb, ns)
-	var ahead atomic.Int64 // the clock moves past the reconciler's grace once the backlog is queued
-	cfg := bgjobs.Config{Namespace: ns}.WithDefaults()
-	m := tasks.NewManager(rdb, cfg, tasks.Deps{Logger: quiet, Now: func() time.Time { return time.Now().Add(time.Duration(ahead.Load())) }})
-	defer m.Close()
+	defer own.close()
+	rdb, m := own.rdb, own.m
+	fmt.Fprintf(out, "\none maintenance sweep over %d queued jobs, redis %s\n", sweepBacklog, own.where)
 	err = loadgen.FanOut(sweepBacklog, o.Clients, func(i int) error {
 		_, _, err := m.Spawn(ctx, tasks.SpawnRequest{Agent: "default", OriginSession: fmt.Sprint("chat-", i%100), Kind: bgjobs.KindWork, Description: "backlog",
 			Work: &bgjobs.WorkSpec{Type: "echo", Args: []byte(`{"text":"x"}`)}})

@@ -21,7 +21,6 @@ import (
 	"github.com/bgjobs/bgjobs/handlers"
 	"github.com/bgjobs/bgjobs/internal/bench/loadgen"
 	"github.com/bgjobs/bgjobs/internal/netguard"
-	"github.com/bgjobs/bgjobs/internal/redisns"
 	"github.com/bgjobs/bgjobs/tasks"
 	"github.com/bgjobs/bgjobs/work"
 )
@@ -107,21 +106,20 @@ func (a2aReceiver) Cancel(context.Context, *a2asrv.RequestContext, eventqueue.Qu
 // webhook, on an otherwise idle system; then a 1,000-member fan-out spawned
 // in one call and the time from its last settle to its join resume.
 func Resume(ctx context.Context, o Options, out io.Writer) error {
-	rdb, where, closeRedis, err := connect(ctx, o.RedisURL)
-	if err != nil {
-		return err
-	}
-	defer closeRedis()
-	ns := namespace()
-	defer redisns.DropNamespace(context.Background(), rdb, ns)
 	// The work share is off: this phase registers two agents, and the
 	// storm burst's 50 jobs must all start at once to complete over the
 	// 2.5 s it specifies (with a share of half the slots, the second half
 	// would start a second later and spread the burst).
-	cfg := bgjobs.Config{Namespace: ns, WorkConcurrency: o.Concurrency, WorkShare: o.Concurrency, PollInterval: o.Poll, AgentAllow: []string{"127.0.0.1"}}.WithDefaults()
-	runner := agents.NewA2A(netguard.NewAllow(cfg.AgentAllow))
-	m := tasks.NewManager(rdb, cfg, tasks.Deps{Logger: quiet, Resumer: runner, Turns: runner})
-	defer m.Close()
+	own, err := newOwnManager(ctx, o, bgjobs.Config{WorkConcurrency: o.Concurrency, WorkShare: o.Concurrency, PollInterval: o.Poll, AgentAllow: []string{"127.0.0.1"}},
+		func(cfg bgjobs.Config) tasks.Deps {
+			runner := agents.NewA2A(netguard.NewAllow(cfg.AgentAllow))
+			return tasks.Deps{Logger: quiet, Resumer: runner, Turns: runner}
+		})
+	if err != nil {
+		return err
+	}
+	defer own.close()
+	where, cfg, m := own.where, own.cfg, own.m
 	w := m.NewWorker()
 	if err := w.Start(ctx); err != nil {
 		return err

@@ -71,6 +71,34 @@ func (k *Keys) Lookup(ctx context.Context, key string) (who Who, ok bool, err er
 	return k.lookup(ctx, sha256.Sum256([]byte(key)))
 }
 
+// same compares two key digests in constant time.
+func same(a, b [32]byte) bool { return subtle.ConstantTimeCompare(a[:], b[:]) == 1 }
+
+// Set is a fixed set of keys (the metrics key and the admin key), held as
+// digests and matched in constant time.
+type Set [][32]byte
+
+// NewSet holds keys, leaving out empty ones.
+func NewSet(keys ...string) Set {
+	var s Set
+	for _, k := range keys {
+		if k != "" {
+			s = append(s, sha256.Sum256([]byte(k)))
+		}
+	}
+	return s
+}
+
+// Has reports whether key is one of the set's, comparing with every one.
+func (s Set) Has(key string) bool {
+	sum := sha256.Sum256([]byte(key))
+	found := false
+	for _, k := range s {
+		found = same(sum, k) || found
+	}
+	return found
+}
+
 // Digest is how a key is known past the request that presented it: its
 // SHA-256, in hex.
 func Digest(key string) string {
@@ -104,11 +132,11 @@ func (k *Keys) resolve(sum [32]byte) (Who, bool) {
 	found := Who{}
 	ok := 0
 	for _, e := range k.agents {
-		if subtle.ConstantTimeCompare(sum[:], e.sum[:]) == 1 {
+		if same(sum, e.sum) {
 			found, ok = Who{Agent: e.agent}, 1
 		}
 	}
-	if k.admin != nil && subtle.ConstantTimeCompare(sum[:], k.admin[:]) == 1 {
+	if k.admin != nil && same(sum, *k.admin) {
 		found, ok = Who{Admin: true}, 1
 	}
 	return found, ok == 1

@@ -164,8 +164,9 @@ func (s *Store) Lookup(ctx context.Context, id string) (*bgjobs.Job, error) {
 
 // LookupMany reads rows by id in two round trips; a missing row is nil.
 func (s *Store) LookupMany(ctx context.Context, ids []string) ([]*bgjobs.Job, error) {
-	return readRows(ctx, s, ids, func(p redis.Pipeliner, key string) *redis.MapStringStringCmd { return p.HGetAll(ctx, key) },
-		func(c *redis.MapStringStringCmd) map[string]string { return c.Val() })
+	return s.readRows(ctx, ids, func(p redis.Pipeliner, key string) func() map[string]string {
+		return p.HGetAll(ctx, key).Val
+	})
 }
 
 // briefFields are the row fields Briefs reads.
@@ -177,8 +178,9 @@ var briefFields = []string{fID, fAgent, fSession, fKind, fStatus, fStarted, fCom
 // (a sweep over a backlog, a join of 1,000 members) must not load their
 // prompts (up to 256 KiB each) and reports.
 func (s *Store) Briefs(ctx context.Context, ids []string) ([]*bgjobs.Job, error) {
-	return readRows(ctx, s, ids, func(p redis.Pipeliner, key string) *redis.SliceCmd { return p.HMGet(ctx, key, briefFields...) },
-		func(c *redis.SliceCmd) map[string]string {
+	return s.readRows(ctx, ids, func(p redis.Pipeliner, key string) func() map[string]string {
+		c := p.HMGet(ctx, key, briefFields...)
+		return func() map[string]string {
 			h := make(map[string]string, len(briefFields))
 			for k, v := range c.Val() {
 				if v, ok := v.(string); ok {
@@ -186,12 +188,14 @@ func (s *Store) Briefs(ctx context.Context, ids []string) ([]*bgjobs.Job, error)
 				}
 			}
 			return h
-		})
+		}
+	})
 }
 
-// readRows reads the rows of ids in two round trips, the job index's tags
-// and then a read of each row, pipelined; a missing row is nil.
-func readRows[C redis.Cmder](ctx context.Context, s *Store, ids []string, read func(redis.Pipeliner, string) C, fields func(C) map[string]string) ([]*bgjobs.Job, error) {
+// readRows reads the rows of ids in two round trips: the job index's tags,
+// then each row, pipelined; read queues one row's read and returns what
+// gives its fields once the pipeline ran. A missing row is nil.
+func (s *Store) readRows(ctx context.Context, ids []string, read func(p redis.Pipeliner, key string) func() map[string]string) ([]*bgjobs.Job, error) {
 	if len(ids) == 0 {
 		return nil, nil
 	}
@@ -199,12 +203,11 @@ func readRows[C redis.Cmder](ctx context.Context, s *Store, ids []string, read f
 	if err != nil {
 		return nil, unavailable("look up jobs", err)
 	}
-	cmds := make([]C, len(ids))
-	asked := make([]bool, len(ids))
+	rows := make([]func() map[string]string, len(ids))
 	if _, err := s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 		for i, id := range ids {
 			if tag, _ := tags[i].(string); tag != "" {
-				cmds[i], asked[i] = read(p, s.k.Job(tag, id)), true
+				rows[i] = read(p, s.k.Job(tag, id))
 			}
 		}
 		return nil
@@ -212,11 +215,11 @@ func readRows[C redis.Cmder](ctx context.Context, s *Store, ids []string, read f
 		return nil, unavailable("read jobs", err)
 	}
 	out := make([]*bgjobs.Job, len(ids))
-	for i, c := range cmds {
-		if !asked[i] {
+	for i, row := range rows {
+		if row == nil {
 			continue
 		}
-		if h := fields(c); h[fID] != "" {
+		if h := row(); h[fID] != "" {
 			out[i] = jobFromHash(h)
 		}
 	}

@@ -30,9 +30,8 @@ type Slots struct {
 	lone         func(context.Context) bool
 	parked       *parking.Lot
 
-	mu    sync.Mutex
-	held  map[string]int
-	total int // of held
+	mu   sync.Mutex
+	held map[string]int
 }
 
 // New returns the counter of a process with limit work slots, share of
@@ -50,7 +49,6 @@ func (s *Slots) Take(ctx context.Context, agent, id string) error {
 	under := s.held[agent] < s.share || s.share >= s.limit
 	if under {
 		s.held[agent]++ // counted in the same lock as the check: never past the share
-		s.total++
 	}
 	s.mu.Unlock()
 	if !under {
@@ -61,7 +59,6 @@ func (s *Slots) Take(ctx context.Context, agent, id string) error {
 		}
 		s.mu.Lock()
 		s.held[agent]++
-		s.total++
 		s.mu.Unlock()
 		// Alone now, the agent may use every slot: what it has parked
 		// here comes back one more at each such start, not at its wait.
@@ -78,15 +75,20 @@ func (s *Slots) Release(agent string) {
 	if s.held[agent]--; s.held[agent] <= 0 {
 		delete(s.held, agent)
 	}
-	s.total--
 	s.mu.Unlock()
 	s.parked.Free(agent)
 }
 
 // Room says a work job of agent would get a slot here now: a slot is free
-// and the agent is under its share.
+// and the agent is under its share. It is asked only when another process
+// parks a job or a slot frees with nothing parked here, so it sums the
+// counts (at most one an agent per slot) rather than keep a total.
 func (s *Slots) Room(agent string) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.total < s.limit && (s.held[agent] < s.share || s.share >= s.limit)
+	taken := 0
+	for _, n := range s.held {
+		taken += n
+	}
+	return taken < s.limit && (s.held[agent] < s.share || s.share >= s.limit)
 }
