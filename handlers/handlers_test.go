@@ -127,7 +127,9 @@ func TestBadInput(t *testing.T) {
 		{desc: "wait_ms past int64 milliseconds", method: "POST", path: "/v1/jobs", body: `{"origin_session":"s","wait_ms":18446744073710,` + echo + `}`, wantStatus: 400, wantCode: "invalid_argument", wantField: "wait_ms"},
 		{desc: "delay_ms that would wrap", method: "POST", path: "/v1/jobs", body: `{"origin_session":"s","kind":"work","work":{"type":"echo","args":{"delay_ms":9223372036855}}}`, wantStatus: 400, wantCode: "invalid_argument", wantField: "work.args.delay_ms"},
 		{desc: "ttl_s that would wrap", method: "POST", path: "/v1/sessions/s/busy", body: `{"ttl_s":18446747674}`, wantStatus: 400, wantCode: "invalid_argument", wantField: "ttl_s"},
-		{desc: "ttl_s past the cap", method: "POST", path: "/v1/sessions/s/busy", body: `{"ttl_s":86401}`, wantStatus: 400, wantCode: "invalid_argument", wantField: "ttl_s"},
+		{desc: "ttl_s past the cap", method: "POST", path: "/v1/sessions/s/busy", body: `{"ttl_s":86401}`, wantStatus: 400, wantCode: "invalid_argument", wantField: "ttl_s", wantMsg: "between 1 and 86400"},
+		{desc: "ttl_s negative", method: "POST", path: "/v1/sessions/s/busy", body: `{"ttl_s":-5}`, wantStatus: 400, wantCode: "invalid_argument", wantField: "ttl_s", wantMsg: "between 1 and 86400"},
+		{desc: "ttl_s zero", method: "POST", path: "/v1/sessions/s/busy", body: `{"ttl_s":0}`, wantStatus: 400, wantCode: "invalid_argument", wantField: "ttl_s", wantMsg: "between 1 and 86400"},
 	} {
 		t.Run(tc.desc, func(t *testing.T) {
 			code, body := b.do(t, tc.method, tc.path, tc.body, tc.hdr)

@@ -98,10 +98,12 @@ func handleBusy(m *tasks.Manager) func(echo.Context, string) error {
 		}
 		ttl := tasks.BusyTTLDefault
 		if b.TTLS != nil {
-			// Zero is refused by Busy; past the cap, before it can wrap.
-			if ttl, err = bgjobs.Within("ttl_s", *b.TTLS, time.Second, tasks.BusyTTLMax); err != nil {
-				return err
+			// Range-checked before the multiplication can wrap; Busy's own
+			// check says the same, so 0 and -5 read alike.
+			if n := *b.TTLS; n < 1 || n > int64(tasks.BusyTTLMax/time.Second) {
+				return bgjobs.FieldError("ttl_s", "between 1 and %d", int64(tasks.BusyTTLMax/time.Second))
 			}
+			ttl = time.Duration(*b.TTLS) * time.Second
 		}
 		if err := m.Busy(c.Request().Context(), agent, session, ttl); err != nil {
 			return err

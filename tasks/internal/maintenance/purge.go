@@ -3,7 +3,6 @@ package maintenance
 import (
 	"context"
 	"errors"
-	"slices"
 	"time"
 
 	"github.com/bgjobs/bgjobs"
@@ -27,9 +26,9 @@ type PurgeRequest struct {
 // undrained job. It returns the jobs it removed (or would remove), without
 // their prompts and results, as lists give them.
 //
-// It reads an agent's rows purgePage at a time: read all at once, the rows
-// of a deployment with a million ended jobs, reports and all, were loaded
-// into memory together before the first was removed.
+// It reads an agent's job ids and rows about purgePage at a time: read all
+// at once, the rows of a deployment with a million ended jobs, reports and
+// all, were loaded into memory together before the first was removed.
 func (m *Maintainer) Purge(ctx context.Context, req PurgeRequest) ([]*bgjobs.Job, error) {
 	for _, s := range req.Statuses {
 		if !s.Terminal() {
@@ -46,14 +45,10 @@ func (m *Maintainer) Purge(ctx context.Context, req PurgeRequest) ([]*bgjobs.Job
 		if req.Agent != "" && agent != req.Agent {
 			continue
 		}
-		ids, err := m.Store.AgentJobsBefore(ctx, agent, cutoff)
-		if err != nil {
-			return out, err
-		}
-		for page := range slices.Chunk(ids, purgePage) {
+		err := m.Store.EachAgentJobBefore(ctx, agent, cutoff, purgePage, func(page []string) error {
 			jobs, err := m.Store.LookupMany(ctx, page)
 			if err != nil {
-				return out, err
+				return err
 			}
 			for i, j := range jobs {
 				if j == nil {
@@ -69,13 +64,17 @@ func (m *Maintainer) Purge(ctx context.Context, req PurgeRequest) ([]*bgjobs.Job
 						continue // deleted or retried since it was read: not ours to purge
 					}
 					if err != nil {
-						return out, err
+						return err
 					}
 					m.Engine.DeleteTask(j)
 				}
 				j.Prompt, j.Result = "", nil
 				out = append(out, j)
 			}
+			return nil
+		})
+		if err != nil {
+			return out, err
 		}
 	}
 	return out, nil

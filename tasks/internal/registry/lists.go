@@ -60,10 +60,54 @@ func (s *Store) AgentsWithJobs(ctx context.Context) ([]string, error) {
 	return out, unavailable("list agents", err)
 }
 
-// AgentJobsBefore lists an agent's job ids created before cutoff.
-func (s *Store) AgentJobsBefore(ctx context.Context, agent string, cutoff time.Time) ([]string, error) {
-	ids, err := s.rdb.ZRangeByScore(ctx, s.k.AgentJobs(agent), &redis.ZRangeBy{Min: "-inf", Max: ms(cutoff)}).Result()
-	return ids, unavailable("list jobs", err)
+// EachAgentJobBefore hands each the ids of an agent's jobs created before
+// cutoff, oldest first, about page at a time (eachBefore).
+func (s *Store) EachAgentJobBefore(ctx context.Context, agent string, cutoff time.Time, page int64, each func(ids []string) error) error {
+	return s.eachBefore(ctx, s.k.AgentJobs(agent), "list jobs", cutoff, page, each)
+}
+
+// eachBefore hands each the members of the sorted set key scored at most
+// cutoff, lowest first, about page at a time: read in one reply, a
+// deployment's million ended jobs were a reply of tens of megabytes that
+// held Redis while it was built. A page ends where a score does: the
+// members sharing its last score are read whole (a batch's members share
+// their spawn's millisecond), so the next page starts past that score, and
+// members each removes meanwhile shift nothing. An error of each ends the
+// walk with it; what names a failed read in its 503.
+func (s *Store) eachBefore(ctx context.Context, key, what string, cutoff time.Time, page int64, each func(ids []string) error) error {
+	min, max := "-inf", ms(cutoff)
+	for {
+		zs, err := s.rdb.ZRangeByScoreWithScores(ctx, key, &redis.ZRangeBy{Min: min, Max: max, Count: page}).Result()
+		if err != nil {
+			return unavailable(what, err)
+		}
+		ids := make([]string, 0, len(zs))
+		for _, z := range zs {
+			id, _ := z.Member.(string)
+			ids = append(ids, id)
+		}
+		full := int64(len(zs)) == page
+		if full {
+			last := strconv.FormatInt(int64(zs[len(zs)-1].Score), 10)
+			i := len(zs)
+			for i > 0 && zs[i-1].Score == zs[len(zs)-1].Score {
+				i--
+			}
+			tied, err := s.rdb.ZRangeByScore(ctx, key, &redis.ZRangeBy{Min: last, Max: last}).Result()
+			if err != nil {
+				return unavailable(what, err)
+			}
+			ids, min = append(ids[:i], tied...), "("+last
+		}
+		if len(ids) > 0 {
+			if err := each(ids); err != nil {
+				return err
+			}
+		}
+		if !full {
+			return nil
+		}
+	}
 }
 
 // EncodeCursor is a job list's page cursor: the last row's score and id.

@@ -10,11 +10,11 @@ import (
 	"github.com/bgjobs/bgjobs"
 )
 
-// ActiveBefore lists jobs not yet terminal that were created (or retried)
-// before cutoff: the reconciler's to-do list.
-func (s *Store) ActiveBefore(ctx context.Context, cutoff time.Time) ([]string, error) {
-	ids, err := s.rdb.ZRangeByScore(ctx, s.k.active(), &redis.ZRangeBy{Min: "-inf", Max: ms(cutoff)}).Result()
-	return ids, unavailable("read active jobs", err)
+// EachActiveBefore hands each the ids of jobs not yet terminal that were
+// created (or retried) before cutoff, about page at a time (eachBefore):
+// the reconciler's to-do list.
+func (s *Store) EachActiveBefore(ctx context.Context, cutoff time.Time, page int64, each func(ids []string) error) error {
+	return s.eachBefore(ctx, s.k.active(), "read active jobs", cutoff, page, each)
 }
 
 // DropActive takes jobs off the reconciler's list.

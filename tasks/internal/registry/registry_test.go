@@ -502,3 +502,46 @@ func TestScansVisitEveryMaster(t *testing.T) {
 	require.NoError(t, s.OutboxSessions(ctx, func(tag string) error { got[tag] = true; return nil }))
 	require.Equal(t, want, got)
 }
+
+// The purge's and the reconciler's walk of a sorted set up to a cutoff, a
+// page at a time: runs of a shared score across a page's end (a batch's
+// members share their spawn's millisecond) are read whole, each member
+// once, in score order, also while the walker removes what it has read.
+func TestEachBefore(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	key := b.S.Keys().AgentJobs("alpha")
+	var want []string
+	add := func(score float64, n int) {
+		for range n {
+			id := fmt.Sprintf("bg-%012x", len(want)+1)
+			require.NoError(t, b.RDB.ZAdd(b.Ctx, key, redis.Z{Score: score, Member: id}).Err())
+			if score <= 4000 {
+				want = append(want, id)
+			}
+		}
+	}
+	add(1000, 7) // past the first page of 4
+	add(1001, 3)
+	for s := 1002.0; s <= 1006; s++ {
+		add(s, 1)
+	}
+	add(4000, 4) // a page of ties at the cutoff itself
+	add(4001, 2) // past it
+	var got []string
+	cutoff := time.UnixMilli(4000)
+	require.NoError(t, b.S.EachAgentJobBefore(b.Ctx, "alpha", cutoff, 4, func(ids []string) error {
+		got = append(got, ids...)
+		return b.RDB.ZRem(b.Ctx, key, ids[0]).Err() // as a purge removes
+	}))
+	require.Equal(t, want, got)
+
+	boom := fmt.Errorf("boom")
+	calls := 0
+	require.ErrorIs(t, b.S.EachAgentJobBefore(b.Ctx, "alpha", cutoff, 4, func([]string) error { calls++; return boom }), boom)
+	require.Equal(t, 1, calls, "an error ends the walk")
+	require.NoError(t, b.S.EachAgentJobBefore(b.Ctx, "nobody", cutoff, 4, func([]string) error {
+		t.Fatal("no page for an empty list")
+		return nil
+	}))
+}
