@@ -301,6 +301,14 @@ func (c *Client) Cancel(ctx context.Context, id string) (*Job, error) {
 	return &out, c.do(ctx, http.MethodPost, "/v1/jobs/"+url.PathEscape(id)+"/cancel", nil, &out)
 }
 
+// Retry runs an ended job again, the same id, a new attempt; force runs a
+// completed one again too (else a conflict). Its new outcome is drained
+// once more.
+func (c *Client) Retry(ctx context.Context, id string, force bool) (*Job, error) {
+	var out Job
+	return &out, c.do(ctx, http.MethodPost, "/v1/jobs/"+url.PathEscape(id)+"/retry", map[string]bool{"force": force}, &out)
+}
+
 // Ack marks a result consumed another way; it reports whether this call did.
 func (c *Client) Ack(ctx context.Context, id string) (bool, error) {
 	var out struct {

@@ -166,6 +166,34 @@ func handleDeleteJob(m *tasks.Manager) echo.HandlerFunc {
 	}
 }
 
+// retryBody is POST /v1/jobs/{id}/retry's optional body.
+type retryBody struct {
+	// Force runs a completed job again too.
+	Force bool `json:"force"`
+}
+
+// handleRetry runs one of the caller's ended jobs again: the same id, a new
+// attempt, its new outcome drained once like the first.
+func handleRetry(m *tasks.Manager) echo.HandlerFunc {
+	return func(c echo.Context) error {
+		agent, err := agentOf(c)
+		if err != nil {
+			return err
+		}
+		var b retryBody
+		if c.Request().ContentLength != 0 {
+			if err := decodeBody(c, &b); err != nil {
+				return err
+			}
+		}
+		j, err := m.RetryFor(c.Request().Context(), agent, c.Param("id"), b.Force)
+		if err != nil {
+			return err
+		}
+		return c.JSON(http.StatusOK, j)
+	}
+}
+
 func mustJSON(v any) []byte {
 	b, _ := json.Marshal(v)
 	return b

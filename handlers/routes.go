@@ -81,6 +81,7 @@ func addRoutes(e *echo.Echo, d Deps, auth *authenticator) {
 	v1.GET("/jobs/:id", byID(m.Get))
 	v1.POST("/jobs/:id/cancel", byID(m.Cancel))
 	v1.POST("/jobs/:id/ack", handleAck(m))
+	v1.POST("/jobs/:id/retry", handleRetry(m))
 	v1.DELETE("/jobs/:id", handleDeleteJob(m))
 
 	v1.POST("/batches", handleSpawnBatch(m))

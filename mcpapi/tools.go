@@ -86,6 +86,12 @@ type JobInput struct {
 	JobID string `json:"job_id" jsonschema:"the job id, bg-…"`
 }
 
+// RetryInput is retry_task's input.
+type RetryInput struct {
+	JobID string `json:"job_id" jsonschema:"the job id, bg-…"`
+	Force bool   `json:"force,omitempty" jsonschema:"also run a job that completed again (without it, only failed or cancelled jobs are retried)"`
+}
+
 // JobState is a job's id and status.
 type JobState struct {
 	JobID  string        `json:"job_id"`
@@ -303,6 +309,15 @@ func NewServer(ctx context.Context, m *tasks.Manager, mem Recaller, agent string
 				return answer[JobState]{}, err
 			}
 			return answer[JobState]{out: JobState{JobID: j.ID, Status: j.Status}, text: fmt.Sprintf("Job %s is %s.", j.ID, j.Status)}, nil
+		})
+	addTool(s, &mcp.Tool{Name: "retry_task", Description: "Run an ended background job again, under the same id: a failed or cancelled one, or with force one that completed. Its new outcome reaches you through drain_notifications like the first.",
+		Annotations: &mcp.ToolAnnotations{Title: "Retry background work", DestructiveHint: no(), OpenWorldHint: yes()}},
+		func(ctx context.Context, _ *mcp.CallToolRequest, in RetryInput) (answer[JobState], error) {
+			j, err := m.RetryFor(ctx, agent, in.JobID, in.Force)
+			if err != nil {
+				return answer[JobState]{}, err
+			}
+			return answer[JobState]{out: JobState{JobID: j.ID, Status: j.Status}, text: fmt.Sprintf("Job %s is %s again. You will be notified when it ends.", j.ID, j.Status)}, nil
 		})
 	addTool(s, &mcp.Tool{Name: "background_status",
 		Description: "Read one job (job_id) or a session's recent jobs (session): state and progress. For people asking; you are notified of results without it, and a result shows here only after it was handed to you.",

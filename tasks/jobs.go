@@ -149,6 +149,15 @@ func (m *Manager) Delete(ctx context.Context, agent, id string) error {
 	return nil
 }
 
+// RetryFor is Retry of one of agent's own jobs: another agent's job does
+// not exist for it (404), as for Get.
+func (m *Manager) RetryFor(ctx context.Context, agent, id string, force bool) (*bgjobs.Job, error) {
+	if _, err := m.Get(ctx, agent, id); err != nil {
+		return nil, err
+	}
+	return m.Retry(ctx, id, force)
+}
+
 // Retry runs an ended job again as a new attempt. A failed or cancelled job
 // is retried; a completed one only with force. The new outcome drains once,
 // and a turn's new report supersedes the old one in memory.
@@ -161,13 +170,19 @@ func (m *Manager) Retry(ctx context.Context, id string, force bool) (*bgjobs.Job
 		return nil, m.jobError(err, j)
 	}
 	m.eng.DeleteTask(j) // an archived leftover would hold the task id
+	// The row as the retry left it, queued: read once its task is in, a
+	// worker may have started or even ended it.
+	queued, err := m.Lookup(ctx, id)
+	if err != nil {
+		return nil, err
+	}
 	if err := m.eng.EnqueueJob(ctx, j); err != nil {
 		msg := "retry could not be queued: " + err.Error()
 		_, _ = m.follow.Settle(ctx, j, bgjobs.Outcome{Status: bgjobs.StatusFailed, Error: &msg})
 		return nil, err
 	}
 	m.log.Info("job retried", "job_id", id, "agent", j.Agent)
-	return m.Lookup(ctx, id)
+	return queued, nil
 }
 
 // jobError turns the registry's outcome for j into the API's error.

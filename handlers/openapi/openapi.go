@@ -47,6 +47,12 @@ func op(summary string, body obj, ok string, okSchema obj, params []obj, errCode
 	return o
 }
 
+// optionalBody marks o's request body as one the caller may leave out.
+func optionalBody(o obj) obj {
+	o["requestBody"].(obj)["required"] = false
+	return o
+}
+
 func pathParam(name, desc string) obj {
 	return obj{"name": name, "in": "path", "required": true, "description": desc, "schema": obj{"type": "string"}}
 }
@@ -118,8 +124,13 @@ func Document() map[string]any {
 		"Knowledge": object(obj{"session": str(), "title": str(), "text": str(), "url": str(),
 			"documents": arrayOf(object(obj{"title": str(), "text": str()}))}),
 	}
+	// A session action's body, where it takes one, may be left out.
 	sessionAction := func(summary string, body obj, okSchema string) obj {
-		return obj{"post": op(summary, body, "200", ref(okSchema), append(sessionParam(), idempotency()), "400", "503")}
+		o := op(summary, body, "200", ref(okSchema), append(sessionParam(), idempotency()), "400", "503")
+		if body != nil {
+			o = optionalBody(o)
+		}
+		return obj{"post": o}
 	}
 	paths := obj{
 		"/healthz":                    obj{"get": obj{"summary": "The process is up", "responses": obj{"200": resp("up", object(obj{"status": str()}))}}},
@@ -156,6 +167,7 @@ func Document() map[string]any {
 		"/v1/jobs/{id}":                obj{"get": op("Read a job", nil, "200", ref("Job"), idParam(), "400", "404"), "delete": op("Remove an ended job", nil, "204", nil, idParam(), "404", "409")},
 		"/v1/jobs/{id}/cancel":         obj{"post": op("Cancel a queued or running job", nil, "200", ref("Job"), idParam(), "404", "409")},
 		"/v1/jobs/{id}/ack":            obj{"post": op("Mark a result consumed another way", nil, "200", object(obj{"acked": boolean()}), idParam(), "404", "409")},
+		"/v1/jobs/{id}/retry":          obj{"post": optionalBody(op("Run an ended job again (a completed one only with force)", object(obj{"force": boolean()}), "200", ref("Job"), idParam(), "404", "409"))},
 		"/v1/batches":                  obj{"post": op("Fan out jobs as one batch", ref("BatchRequest"), "202", ref("BatchResult"), nil, "400", "413")},
 		"/v1/batches/{id}":             obj{"get": op("Read a batch and its join state", nil, "200", ref("Batch"), []obj{pathParam("id", "batch id, bt-<12 hex>")}, "404")},
 		"/v1/sessions/{session}/drain": sessionAction("Hand over every ended, unnotified job of the session, exactly once", nil, "Drain"),
