@@ -34,6 +34,7 @@ func TestLayout(t *testing.T) {
 		mod + "/tasks/internal/registry/turncap":      "the global turn cap and each agent's share of it",
 		mod + "/tasks/internal/registry/stragglers":   "the batches' straggler timeouts",
 		mod + "/tasks/internal/registry/idem":         "spawn Idempotency-Keys",
+		mod + "/tasks/internal/registry/walk":         "sweeps' pages: keys on every master, a sorted set up to a cutoff",
 		mod + "/tasks/internal/registry/registrytest": "the registry's test helpers",
 		mod + "/internal/pipeline":                    "the batching writer and asynq's client",
 		mod + "/tasks":                                "NewManager takes the caller's client (the type only)",

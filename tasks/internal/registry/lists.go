@@ -10,6 +10,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/bgjobs/bgjobs"
+	"github.com/bgjobs/bgjobs/tasks/internal/registry/walk"
 )
 
 // The job lists: every job of an agent, and of a session, newest first.
@@ -53,7 +54,7 @@ func (s *Store) Unlist(l JobList, id string) {
 // AgentsWithJobs lists the agents that have a job list.
 func (s *Store) AgentsWithJobs(ctx context.Context) ([]string, error) {
 	var out []string
-	err := ScanKeys(ctx, s.rdb, s.k.agentJobsPattern(), 200, func(key string) error {
+	err := walk.Keys(ctx, s.rdb, s.k.agentJobsPattern(), 200, func(key string) error {
 		out = append(out, s.k.agentOfKey(key, "agent:", ":jobs"))
 		return nil
 	})
@@ -61,53 +62,23 @@ func (s *Store) AgentsWithJobs(ctx context.Context) ([]string, error) {
 }
 
 // EachAgentJobBefore hands each the ids of an agent's jobs created before
-// cutoff, oldest first, about page at a time (eachBefore).
+// cutoff, oldest first, about page at a time (walk.Before).
 func (s *Store) EachAgentJobBefore(ctx context.Context, agent string, cutoff time.Time, page int64, each func(ids []string) error) error {
-	return s.eachBefore(ctx, s.k.AgentJobs(agent), "list jobs", cutoff, page, each)
+	return s.before(ctx, s.k.AgentJobs(agent), "list jobs", cutoff, page, each)
 }
 
-// eachBefore hands each the members of the sorted set key scored at most
-// cutoff, lowest first, about page at a time: read in one reply, a
-// deployment's million ended jobs were a reply of tens of megabytes that
-// held Redis while it was built. A page ends where a score does: the
-// members sharing its last score are read whole (a batch's members share
-// their spawn's millisecond), so the next page starts past that score, and
-// members each removes meanwhile shift nothing. An error of each ends the
-// walk with it; what names a failed read in its 503.
-func (s *Store) eachBefore(ctx context.Context, key, what string, cutoff time.Time, page int64, each func(ids []string) error) error {
-	min, max := "-inf", ms(cutoff)
-	for {
-		zs, err := s.rdb.ZRangeByScoreWithScores(ctx, key, &redis.ZRangeBy{Min: min, Max: max, Count: page}).Result()
-		if err != nil {
-			return unavailable(what, err)
-		}
-		ids := make([]string, 0, len(zs))
-		for _, z := range zs {
-			id, _ := z.Member.(string)
-			ids = append(ids, id)
-		}
-		full := int64(len(zs)) == page
-		if full {
-			last := strconv.FormatInt(int64(zs[len(zs)-1].Score), 10)
-			i := len(zs)
-			for i > 0 && zs[i-1].Score == zs[len(zs)-1].Score {
-				i--
-			}
-			tied, err := s.rdb.ZRangeByScore(ctx, key, &redis.ZRangeBy{Min: last, Max: last}).Result()
-			if err != nil {
-				return unavailable(what, err)
-			}
-			ids, min = append(ids[:i], tied...), "("+last
-		}
-		if len(ids) > 0 {
-			if err := each(ids); err != nil {
-				return err
-			}
-		}
-		if !full {
-			return nil
-		}
+// before is walk.Before, its reads' failures a 503 naming what; each's own
+// errors come back as each returned them.
+func (s *Store) before(ctx context.Context, key, what string, cutoff time.Time, page int64, each func(ids []string) error) error {
+	var failed error
+	err := walk.Before(ctx, s.rdb, key, cutoff, page, func(ids []string) error {
+		failed = each(ids)
+		return failed
+	})
+	if failed != nil {
+		return failed
 	}
+	return unavailable(what, err)
 }
 
 // EncodeCursor is a job list's page cursor: the last row's score and id.

@@ -11,10 +11,10 @@ import (
 )
 
 // EachActiveBefore hands each the ids of jobs not yet terminal that were
-// created (or retried) before cutoff, about page at a time (eachBefore):
+// created (or retried) before cutoff, about page at a time (walk.Before):
 // the reconciler's to-do list.
 func (s *Store) EachActiveBefore(ctx context.Context, cutoff time.Time, page int64, each func(ids []string) error) error {
-	return s.eachBefore(ctx, s.k.active(), "read active jobs", cutoff, page, each)
+	return s.before(ctx, s.k.active(), "read active jobs", cutoff, page, each)
 }
 
 // DropActive takes jobs off the reconciler's list.

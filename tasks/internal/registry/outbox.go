@@ -5,6 +5,8 @@ import (
 	"strings"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/bgjobs/bgjobs/tasks/internal/registry/walk"
 )
 
 // EntryKind is the kind of an outbox entry: what must follow a state
@@ -92,5 +94,5 @@ func (s *Store) StormSessions(ctx context.Context, fn func(tag string) error) er
 
 // scanTags calls fn with the tag of every session key matching pattern.
 func (s *Store) scanTags(ctx context.Context, pattern, suffix string, fn func(tag string) error) error {
-	return ScanKeys(ctx, s.rdb, pattern, 500, func(key string) error { return fn(s.k.tagOfSessionKey(key, suffix)) })
+	return walk.Keys(ctx, s.rdb, pattern, 500, func(key string) error { return fn(s.k.tagOfSessionKey(key, suffix)) })
 }

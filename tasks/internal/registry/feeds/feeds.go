@@ -14,6 +14,7 @@ import (
 	"github.com/bgjobs/bgjobs"
 	"github.com/bgjobs/bgjobs/internal/pipeline"
 	"github.com/bgjobs/bgjobs/tasks/internal/registry"
+	"github.com/bgjobs/bgjobs/tasks/internal/registry/walk"
 )
 
 // Store holds the streams.
@@ -95,7 +96,7 @@ func (s *Store) LastEventID(ctx context.Context, agent string) (string, error) {
 // EventAgents lists the agents that have an event stream.
 func (s *Store) EventAgents(ctx context.Context) ([]string, error) {
 	var out []string
-	err := registry.ScanKeys(ctx, s.rdb, s.k.EventStreamPattern(), 200, func(key string) error {
+	err := walk.Keys(ctx, s.rdb, s.k.EventStreamPattern(), 200, func(key string) error {
 		out = append(out, s.k.AgentOfEventStream(key))
 		return nil
 	})
