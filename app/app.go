@@ -129,6 +129,9 @@ func Run(ctx context.Context, cfg bgjobs.Config, mode Mode, stdout io.Writer, op
 		Handler: handlers.NewServer(cfg, handlers.Deps{Manager: m, Memory: mem, Log: log,
 			Metrics: metricsHandler(m), MCP: mcpapi.Handler(m, mem, cfg.OpenMode()), Monitoring: monitor}),
 		ReadHeaderTimeout: 10 * time.Second,
+		// A kept-alive connection waiting for its next request; a body's
+		// own deadline is the API's (handlers.DefaultBodyTimeout).
+		IdleTimeout: 2 * time.Minute,
 	}
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(ln) }()

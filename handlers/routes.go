@@ -1,10 +1,12 @@
 package handlers
 
 import (
+	"cmp"
 	"log/slog"
 	"net"
 	"net/http"
 	"strings"
+	"time"
 
 	"github.com/labstack/echo/v4"
 	"github.com/labstack/echo/v4/middleware"
@@ -33,6 +35,9 @@ type Deps struct {
 	Monitoring http.Handler
 	// Log defaults to slog.Default().
 	Log *slog.Logger
+	// BodyTimeout bounds how long a request's body may take to arrive;
+	// 0 is DefaultBodyTimeout.
+	BodyTimeout time.Duration
 }
 
 // NewServer returns the HTTP API with every route registered.
@@ -45,6 +50,7 @@ func NewServer(cfg bgjobs.Config, d Deps) http.Handler {
 	e.HideBanner, e.HidePort = true, true
 	e.HTTPErrorHandler = errorHandler(log)
 	e.JSONSerializer = jsonSerializer{}
+	e.Pre(bodyDeadline(cmp.Or(d.BodyTimeout, DefaultBodyTimeout)))
 	e.Use(middleware.Recover())
 	e.Use(requestLog(log))
 	addRoutes(e, d, newAuthenticator(cfg, d.Manager))
