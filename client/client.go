@@ -283,6 +283,18 @@ func (c *Client) GetBatch(ctx context.Context, id string) (*Batch, error) {
 	return &out, c.do(ctx, http.MethodGet, "/v1/batches/"+url.PathEscape(id), nil, &out)
 }
 
+// CancelBatch cancels every member of a batch that has not ended (and
+// what their turns spawned); it returns the batch after, and how many
+// members this call cancelled.
+func (c *Client) CancelBatch(ctx context.Context, id string) (*Batch, int, error) {
+	var out struct {
+		Batch
+		Cancelled int `json:"cancelled"`
+	}
+	err := c.do(ctx, http.MethodPost, "/v1/batches/"+url.PathEscape(id)+"/cancel", nil, &out)
+	return &out.Batch, out.Cancelled, err
+}
+
 // GetAgent reads an agent's configuration (its webhook secret redacted).
 func (c *Client) GetAgent(ctx context.Context, name string) (*AgentConfig, error) {
 	var out AgentConfig

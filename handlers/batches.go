@@ -1,6 +1,7 @@
 package handlers
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"net/http"
@@ -8,6 +9,7 @@ import (
 	"github.com/labstack/echo/v4"
 
 	"github.com/bgjobs/bgjobs"
+	"github.com/bgjobs/bgjobs/handlers/internal/incoming"
 	"github.com/bgjobs/bgjobs/tasks"
 )
 
@@ -35,7 +37,7 @@ func handleSpawnBatch(m *tasks.Manager) echo.HandlerFunc {
 		if err != nil {
 			return err
 		}
-		raw, err := readBody(c)
+		raw, err := incoming.Body(c)
 		if err != nil {
 			return err
 		}
@@ -97,4 +99,20 @@ func decodeBatchByMember(raw []byte) (session string, specs []tasks.SpawnRequest
 func (j batchJob) request() tasks.SpawnRequest {
 	return tasks.SpawnRequest{Kind: bgjobs.Kind(j.Kind), SubagentType: j.SubagentType,
 		Description: j.Description, Prompt: j.Prompt, Incognito: j.Incognito, Work: j.Work, TimeoutS: j.TimeoutS}
+}
+
+// cancelBatchResponse is the batch after its cancel, and how many members
+// the cancel stopped.
+type cancelBatchResponse struct {
+	*bgjobs.Batch
+	Cancelled int `json:"cancelled"`
+}
+
+// handleCancelBatch stops every member of the caller's batch that has not
+// ended.
+func handleCancelBatch(m *tasks.Manager) echo.HandlerFunc {
+	return byID(func(ctx context.Context, agent, id string) (cancelBatchResponse, error) {
+		b, n, err := m.CancelBatch(ctx, agent, id)
+		return cancelBatchResponse{Batch: b, Cancelled: n}, err
+	})
 }

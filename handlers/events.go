@@ -9,6 +9,7 @@ import (
 	"github.com/labstack/echo/v4"
 
 	"github.com/bgjobs/bgjobs"
+	"github.com/bgjobs/bgjobs/handlers/internal/incoming"
 	"github.com/bgjobs/bgjobs/tasks"
 	"github.com/bgjobs/bgjobs/tasks/eventhub"
 )
@@ -28,7 +29,7 @@ func handleEvents(m *tasks.Manager) echo.HandlerFunc {
 	return func(c echo.Context) error {
 		who, _ := c.Get(callerKey).(caller)
 		ctx := c.Request().Context()
-		q, err := queryOf(c)
+		q, err := incoming.Query(c)
 		if err != nil {
 			return err
 		}

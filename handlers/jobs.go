@@ -10,6 +10,7 @@ import (
 	"github.com/labstack/echo/v4"
 
 	"github.com/bgjobs/bgjobs"
+	"github.com/bgjobs/bgjobs/handlers/internal/incoming"
 	"github.com/bgjobs/bgjobs/tasks"
 )
 
@@ -98,7 +99,7 @@ func handleListJobs(m *tasks.Manager) echo.HandlerFunc {
 		if err != nil {
 			return err
 		}
-		q, err := queryOf(c)
+		q, err := incoming.Query(c)
 		if err != nil {
 			return err
 		}
@@ -148,7 +149,7 @@ func handleAck(m *tasks.Manager) echo.HandlerFunc {
 		return map[string]bool{"acked": flipped}, err
 	})
 	return func(c echo.Context) error {
-		watchHangup(c)
+		incoming.WatchHangup(c)
 		return ack(c)
 	}
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/labstack/echo/v4"
 
 	"github.com/bgjobs/bgjobs"
+	"github.com/bgjobs/bgjobs/handlers/internal/incoming"
 	"github.com/bgjobs/bgjobs/search"
 	"github.com/bgjobs/bgjobs/tasks"
 )
@@ -41,7 +42,7 @@ func handleRecall(mem Memory) echo.HandlerFunc {
 		if mem == nil {
 			return noMemory()
 		}
-		q, err := queryOf(c)
+		q, err := incoming.Query(c)
 		if err != nil {
 			return err
 		}

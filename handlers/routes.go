@@ -14,6 +14,7 @@ import (
 	"github.com/bgjobs/bgjobs"
 	"github.com/bgjobs/bgjobs/handlers/console"
 	"github.com/bgjobs/bgjobs/handlers/internal/errshape"
+	"github.com/bgjobs/bgjobs/handlers/internal/incoming"
 	"github.com/bgjobs/bgjobs/handlers/openapi"
 	"github.com/bgjobs/bgjobs/tasks"
 	"github.com/bgjobs/bgjobs/web"
@@ -50,7 +51,7 @@ func NewServer(cfg bgjobs.Config, d Deps) http.Handler {
 	e.HideBanner, e.HidePort = true, true
 	e.HTTPErrorHandler = errorHandler(log)
 	e.JSONSerializer = jsonSerializer{}
-	e.Pre(bodyDeadline(cmp.Or(d.BodyTimeout, DefaultBodyTimeout)))
+	e.Pre(incoming.BodyDeadline(cmp.Or(d.BodyTimeout, DefaultBodyTimeout)))
 	e.Use(middleware.Recover())
 	e.Use(requestLog(log))
 	addRoutes(e, d, newAuthenticator(cfg, d.Manager))
@@ -92,6 +93,7 @@ func addRoutes(e *echo.Echo, d Deps, auth *authenticator) {
 
 	v1.POST("/batches", handleSpawnBatch(m))
 	v1.GET("/batches/:id", byID(m.GetBatch))
+	v1.POST("/batches/:id/cancel", handleCancelBatch(m))
 
 	v1.GET("/events", handleEvents(m))
 	v1.GET("/recall", handleRecall(mem))

@@ -9,6 +9,7 @@ import (
 	"github.com/labstack/echo/v4"
 
 	"github.com/bgjobs/bgjobs"
+	"github.com/bgjobs/bgjobs/handlers/internal/incoming"
 	"github.com/bgjobs/bgjobs/tasks"
 )
 
@@ -51,7 +52,7 @@ func handleDrain(m *tasks.Manager) func(echo.Context, string) error {
 		if len(idem) > 255 {
 			return bgjobs.FieldError("Idempotency-Key", "at most 255 characters")
 		}
-		q, err := queryOf(c)
+		q, err := incoming.Query(c)
 		if err != nil {
 			return err
 		}
@@ -61,7 +62,7 @@ func handleDrain(m *tasks.Manager) func(echo.Context, string) error {
 				return bgjobs.FieldError("limit", "not a number: %q", s)
 			}
 		}
-		watchHangup(c)
+		incoming.WatchHangup(c)
 		ns, more, err := m.DrainPage(c.Request().Context(), agent, session, idem, limit)
 		if err != nil {
 			return err

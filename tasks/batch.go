@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 
 	"github.com/bgjobs/bgjobs"
@@ -83,6 +84,49 @@ func (m *Manager) SpawnBatch(ctx context.Context, agent, session string, specs [
 	wg.Wait()
 	return res, nil
 }
+
+// CancelBatch cancels the members of one of agent's batches that have not
+// ended, and what their own turns spawned, as a cancel of each would; the
+// batch then joins once, as it would have, its cancelled members counted.
+// It returns the batch as it stands after, and how many this call
+// cancelled (a member that ended meanwhile is left as it ended).
+func (m *Manager) CancelBatch(ctx context.Context, agent, id string) (*bgjobs.Batch, int, error) {
+	b, err := m.GetBatch(ctx, agent, id)
+	if err != nil {
+		return nil, 0, err
+	}
+	reason, cancelled := "cancelled with its batch "+id, 0
+	for page := range slices.Chunk(b.Jobs, cancelBatchPage) {
+		briefs, err := m.store.Briefs(ctx, page)
+		if err != nil {
+			return nil, cancelled, err
+		}
+		var open []string
+		for _, j := range briefs {
+			if j != nil && !j.Status.Terminal() {
+				open = append(open, j.ID)
+			}
+		}
+		// Settled from whole rows, read in one round trip for the page.
+		rows, err := m.GetMany(ctx, agent, open)
+		if err != nil {
+			return nil, cancelled, err
+		}
+		for _, j := range rows {
+			switch err := m.cancel(ctx, j, reason); {
+			case err == nil:
+				cancelled++
+			case bgjobs.ErrorCode(err) != bgjobs.EConflict: // not one that ended meanwhile
+				return nil, cancelled, err
+			}
+		}
+	}
+	b, err = m.GetBatch(ctx, agent, id)
+	return b, cancelled, err
+}
+
+// cancelBatchPage is how many members CancelBatch reads at once.
+const cancelBatchPage = 200
 
 // GetBatch returns the caller's batch, or not_found.
 func (m *Manager) GetBatch(ctx context.Context, agent, id string) (*bgjobs.Batch, error) {
