@@ -86,6 +86,19 @@ type JobInput struct {
 	JobID string `json:"job_id" jsonschema:"the job id, bg-…"`
 }
 
+// StopBatchInput is stop_batch's input.
+type StopBatchInput struct {
+	BatchID string `json:"batch_id" jsonschema:"the batch id, bt-…"`
+}
+
+// StopBatchOutput is the batch after stop_batch.
+type StopBatchOutput struct {
+	BatchID   string        `json:"batch_id"`
+	Cancelled int           `json:"cancelled" jsonschema:"how many members this call stopped"`
+	Counts    bgjobs.Counts `json:"counts" jsonschema:"the members' outcomes so far, by status"`
+	Joined    bool          `json:"joined"`
+}
+
 // RetryInput is retry_task's input.
 type RetryInput struct {
 	JobID string `json:"job_id" jsonschema:"the job id, bg-…"`
@@ -309,6 +322,16 @@ func NewServer(ctx context.Context, m *tasks.Manager, mem Recaller, agent string
 				return answer[JobState]{}, err
 			}
 			return answer[JobState]{out: JobState{JobID: j.ID, Status: j.Status}, text: fmt.Sprintf("Job %s is %s.", j.ID, j.Status)}, nil
+		})
+	addTool(s, &mcp.Tool{Name: "stop_batch", Description: "Cancel every job of a batch (task_batch) that has not ended. The batch is still reported by drain_notifications, once, its stopped jobs as cancelled.",
+		Annotations: &mcp.ToolAnnotations{Title: "Cancel a batch", DestructiveHint: yes(), IdempotentHint: true, OpenWorldHint: no()}},
+		func(ctx context.Context, _ *mcp.CallToolRequest, in StopBatchInput) (answer[StopBatchOutput], error) {
+			b, n, err := m.CancelBatch(ctx, agent, in.BatchID)
+			if err != nil {
+				return answer[StopBatchOutput]{}, err
+			}
+			return answer[StopBatchOutput]{out: StopBatchOutput{BatchID: b.ID, Cancelled: n, Counts: b.Counts, Joined: b.Joined},
+				text: fmt.Sprintf("Batch %s: %d jobs stopped; %d of %d have ended.", b.ID, n, b.Settled, b.Size)}, nil
 		})
 	addTool(s, &mcp.Tool{Name: "retry_task", Description: "Run an ended background job again, under the same id: a failed or cancelled one, or with force one that completed. Its new outcome reaches you through drain_notifications like the first.",
 		Annotations: &mcp.ToolAnnotations{Title: "Retry background work", DestructiveHint: no(), OpenWorldHint: yes()}},

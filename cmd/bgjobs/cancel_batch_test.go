@@ -83,6 +83,18 @@ func TestCancelABatch(t *testing.T) {
 	}
 	require.Equal(t, 1, joins, "one resume for the whole batch")
 
+	// The same over MCP, as an agent's model calls it.
+	bt, err = c.Batch(ctx, "chat-cb", specs[1:3])
+	require.NoError(t, err)
+	s := mcpSession(t, base, "ka")
+	text, out, isErr := callTool(t, s, "stop_batch", map[string]any{"batch_id": bt.BatchID})
+	require.False(t, isErr, text)
+	require.Equal(t, float64(2), out["cancelled"])
+	require.Equal(t, map[string]any{"completed": float64(0), "failed": float64(0), "cancelled": float64(2)}, out["counts"])
+	require.Contains(t, text, "2 jobs stopped")
+	text, isErr = callText(t, s, "stop_batch", map[string]any{"batch_id": "bt-000000000000"})
+	require.True(t, isErr, text)
+
 	rest := client{t: t, base: base, key: "ka"}
 	code, e := rest.do("POST", "/v1/batches/bt-zz/cancel", nil)
 	require.Equal(t, http.StatusBadRequest, code, "%v", e)

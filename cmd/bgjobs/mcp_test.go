@@ -104,7 +104,7 @@ func TestMCPTools(t *testing.T) {
 		require.NotNil(t, tl.Annotations, "%s has annotations", tl.Name)
 	}
 	for _, name := range []string{"spawn_background", "task_batch", "stop_task", "background_status",
-		"drain_notifications", "acknowledge_result", "memory_recall", "retry_task"} {
+		"drain_notifications", "acknowledge_result", "memory_recall", "retry_task", "stop_batch"} {
 		require.Contains(t, byName, name)
 	}
 	require.True(t, byName["background_status"].Annotations.ReadOnlyHint)
