@@ -117,6 +117,20 @@ type Outcome struct {
 	Status Status
 	Result *string
 	Error  *string
+	// Run, when set, is the run this outcome is of: it settles the job
+	// only while that run is the job's latest. A handler can outlive its
+	// task (asynq moves on once a run's context ends), and the job may be
+	// retried, queued and running again meanwhile; the old run's late
+	// outcome must not end the new one. Nil settles whatever is current (a
+	// cancel, the reconciler).
+	Run *Run
+}
+
+// Run names one run of a job: the job's generation (retries so far) and
+// the attempt number its start was given.
+type Run struct {
+	Generation int
+	Attempt    int64
 }
 
 // Tag names a session of an agent, "<agent>/<session>". Every Redis key of

@@ -1294,3 +1294,46 @@ func TestAJobsOwnTimeoutEndsIt(t *testing.T) {
 	_, _, err = b.m.Spawn(ctx, r)
 	require.Equal(t, bgjobs.EConflict, bgjobs.ErrorCode(err))
 }
+
+// A job cancelled while running and retried at once: asynq moves on as soon
+// as the first run's context ends, so a handler slow to notice is still at
+// work when the retry starts the job again. Its late word ("cancelled")
+// must not end the new run, which goes on to complete.
+func TestARetryOutlivesTheRunBeforeIt(t *testing.T) {
+	t.Parallel()
+	kinds := work.NewKinds()
+	var runs atomic.Int32
+	kinds.Register(work.Kind{Name: "stubborn", Run: func(ctx context.Context, _ json.RawMessage) (string, error) {
+		if runs.Add(1) > 1 {
+			// Still at work when the first run's late word comes.
+			select {
+			case <-time.After(1500 * time.Millisecond):
+				return "the second run's report", nil
+			case <-ctx.Done():
+				return "", ctx.Err()
+			}
+		}
+		<-ctx.Done()
+		time.Sleep(500 * time.Millisecond) // notices late
+		return "", ctx.Err()
+	}})
+	b := setup(t, func(c *bgjobs.Config, d *Deps) { d.Kinds = kinds })
+	b.startWorker(t)
+	ctx := context.Background()
+	j := b.spawn(t, SpawnRequest{Agent: "alpha", OriginSession: "chat-late", Kind: bgjobs.KindWork, Description: "stubborn",
+		Work: &bgjobs.WorkSpec{Type: "stubborn", Args: json.RawMessage(`{}`)}})
+	b.waitStatus(t, j.ID, bgjobs.StatusRunning, 30*time.Second)
+	_, err := b.m.Cancel(ctx, "alpha", j.ID)
+	require.NoError(t, err)
+	_, err = b.m.RetryFor(ctx, "alpha", j.ID, false)
+	require.NoError(t, err)
+	done := b.waitStatus(t, j.ID, bgjobs.StatusCompleted, 30*time.Second)
+	require.Equal(t, "the second run's report", *done.Result)
+	b.m.running.Wait(10 * time.Second) // past the first run's late word
+	got, err := b.m.Get(ctx, "alpha", j.ID)
+	require.NoError(t, err)
+	require.Equal(t, bgjobs.StatusCompleted, got.Status, "the first run's late word changed nothing")
+	ns := b.drain(t, "chat-late")
+	require.Len(t, ns, 1)
+	require.Equal(t, "completed", ns[0].Status)
+}

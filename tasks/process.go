@@ -69,6 +69,10 @@ func (m *Manager) ProcessTask(ctx context.Context, t *asynq.Task) error {
 		return err // Redis trouble: asynq tries again later
 	}
 	j := st.Job
+	// This run's outcome settles the job only while it is the latest: the
+	// handler may outlive its task (asynq moves on once the context ends)
+	// while the job is retried and run again.
+	run := &bgjobs.Run{Generation: j.Generation, Attempt: st.Attempt}
 	m.log.Info("job running", slog.String("job_id", id), slog.String("agent", j.Agent), slog.Int64("attempt", st.Attempt))
 	e := bgjobs.JobEvent(bgjobs.EventRunning, j, bgjobs.StatusRunning, m.now())
 	e.Attempt = st.Attempt
@@ -82,7 +86,7 @@ func (m *Manager) ProcessTask(ctx context.Context, t *asynq.Task) error {
 	defer cancel()
 	result, runErr := m.run(runCtx, j)
 	if runErr == nil {
-		_, err := m.follow.Settle(ctx, j, bgjobs.Outcome{Status: bgjobs.StatusCompleted, Result: &result})
+		_, err := m.follow.Settle(ctx, j, bgjobs.Outcome{Status: bgjobs.StatusCompleted, Result: &result, Run: run})
 		return err
 	}
 	if ctx.Err() != nil {
@@ -92,12 +96,12 @@ func (m *Manager) ProcessTask(ctx context.Context, t *asynq.Task) error {
 			// asynqmon): either way the job ends cancelled, and the retry
 			// asynq schedules for a cancelled task finds it ended.
 			reason := "cancelled from the queue's tools"
-			_, err := m.follow.Settle(ctx, j, bgjobs.Outcome{Status: bgjobs.StatusCancelled, Error: &reason})
+			_, err := m.follow.Settle(ctx, j, bgjobs.Outcome{Status: bgjobs.StatusCancelled, Error: &reason, Run: run})
 			return err
 		}
 		// The server is shutting down (or the task ran out of time): hand
 		// the job back and let asynq requeue it.
-		_ = m.store.Requeue(context.WithoutCancel(ctx), tag, id)
+		_ = m.store.Requeue(context.WithoutCancel(ctx), tag, id, run)
 		return ctx.Err()
 	}
 	msg := runErr.Error()
@@ -107,12 +111,12 @@ func (m *Manager) ProcessTask(ctx context.Context, t *asynq.Task) error {
 		retried, _ := asynq.GetRetryCount(ctx)
 		maxRetry, _ := asynq.GetMaxRetry(ctx)
 		if retried < maxRetry {
-			_ = m.store.Requeue(ctx, tag, id)
+			_ = m.store.Requeue(ctx, tag, id, run)
 			return runErr
 		}
 		msg = fmt.Sprintf("gave up after %d attempts: %s", retried+1, msg)
 	}
-	_, err = m.follow.Settle(ctx, j, bgjobs.Outcome{Status: bgjobs.StatusFailed, Error: &msg})
+	_, err = m.follow.Settle(ctx, j, bgjobs.Outcome{Status: bgjobs.StatusFailed, Error: &msg, Run: run})
 	return err
 }
 

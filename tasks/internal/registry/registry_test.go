@@ -394,7 +394,7 @@ func TestRequeueTurnCapAndMarkScripts(t *testing.T) {
 	_, err := b.S.Start(b.Ctx, tag, j.ID, now)
 	require.NoError(t, err)
 	for i, want := range []bgjobs.Status{bgjobs.StatusQueued, bgjobs.StatusQueued} {
-		require.NoError(t, b.S.Requeue(b.Ctx, tag, j.ID))
+		require.NoError(t, b.S.Requeue(b.Ctx, tag, j.ID, nil))
 		row, err := b.S.Load(b.Ctx, tag, j.ID)
 		require.NoError(t, err)
 		require.Equal(t, want, row.Status, "requeue %d", i)
@@ -544,4 +544,46 @@ func TestEachBefore(t *testing.T) {
 		t.Fatal("no page for an empty list")
 		return nil
 	}))
+}
+
+// A run settles (or hands back) its job only while it is the job's latest:
+// a handler that outlived its task (asynq moved on when its context ended)
+// does nothing once the job was retried, queued or running again.
+func TestALateRunSettlesNothing(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	tag := bgjobs.Tag("alpha", "s")
+	j := b.PlainJob(t, false)
+	st, err := b.S.Start(b.Ctx, tag, j.ID, now)
+	require.NoError(t, err)
+	first := &bgjobs.Run{Generation: st.Job.Generation, Attempt: st.Attempt}
+	stopped := "cancelled by request"
+	_, err = b.S.Settle(b.Ctx, registry.Settlement{Tag: tag, ID: j.ID, Now: now, Outcome: bgjobs.Outcome{Status: bgjobs.StatusCancelled, Error: &stopped}})
+	require.NoError(t, err)
+	require.NoError(t, b.S.Retry(b.Ctx, j, false, now))
+
+	late := "the first run's late word"
+	for _, phase := range []string{"queued again", "running again"} {
+		_, err = b.S.Settle(b.Ctx, registry.Settlement{Tag: tag, ID: j.ID, Now: now, Outcome: bgjobs.Outcome{Status: bgjobs.StatusCancelled, Error: &late, Run: first}})
+		require.ErrorIs(t, err, registry.ErrEnded, phase)
+		require.NoError(t, b.S.Requeue(b.Ctx, tag, j.ID, first))
+		row, err := b.S.Load(b.Ctx, tag, j.ID)
+		require.NoError(t, err)
+		require.Nil(t, row.Error, phase)
+		if phase == "queued again" {
+			require.Equal(t, bgjobs.StatusQueued, row.Status)
+			st, err = b.S.Start(b.Ctx, tag, j.ID, now)
+			require.NoError(t, err)
+		} else {
+			require.Equal(t, bgjobs.StatusRunning, row.Status, "the late run did not hand the new one back")
+		}
+	}
+	second := &bgjobs.Run{Generation: st.Job.Generation, Attempt: st.Attempt}
+	require.Equal(t, bgjobs.Run{Generation: 1, Attempt: 2}, *second)
+	done := "done"
+	_, err = b.S.Settle(b.Ctx, registry.Settlement{Tag: tag, ID: j.ID, Now: now, Outcome: bgjobs.Outcome{Status: bgjobs.StatusCompleted, Result: &done, Run: second}})
+	require.NoError(t, err, "the latest run settles")
+	row, err := b.S.Load(b.Ctx, tag, j.ID)
+	require.NoError(t, err)
+	require.Equal(t, bgjobs.StatusCompleted, row.Status)
 }

@@ -14,6 +14,15 @@ local function terminal(st)
 end
 `
 
+// LuaRun defines latestRun(run, generation, attempts): whether the run
+// "<generation>:<attempt>" (as bgjobs.Run, "" for any) is the row's latest,
+// given the row's generation and attempts fields (nil reads as 0).
+const LuaRun = `
+local function latestRun(run, gen, attempts)
+  return run == '' or run == (gen or '0') .. ':' .. (attempts or '0')
+end
+`
+
 // startCmd moves a job to running when a worker begins it.
 //
 // KEYS[1] -> job hash
@@ -39,10 +48,14 @@ return {code, n}
 // and asynq will try again, so the row says queued while it waits.
 //
 // KEYS[1] -> job hash
+// ARGV[1] -> the run handing it back, "<generation>:<attempt>": only while
+// it is the row's latest (see settleCmd's ARGV[13]); "" for any
 //
 // Returns 1 if the job moved running → queued, 0 otherwise.
-var requeueCmd = redis.NewScript(`
-if redis.call('HGET', KEYS[1], 'status') ~= 'running' then return 0 end
+var requeueCmd = redis.NewScript(LuaRun + `
+local row = redis.call('HMGET', KEYS[1], 'status', 'generation', 'attempts')
+if row[1] ~= 'running' then return 0 end
+if not latestRun(ARGV[1], row[2], row[3]) then return 0 end
 redis.call('HSET', KEYS[1], 'status', 'queued')
 return 1
 `)
@@ -87,15 +100,19 @@ return 1
 //
 // ARGV[12] -> "1" to start the row's retention now, notified or not (a
 // worker's own session: no one drains it); the pending zset expires with it
+// ARGV[13] -> the run this outcome is of, "<generation>:<attempt>", or ""
+// for whatever is current: a run that outlived its task settles nothing
+// once the job was retried (bgjobs.Outcome.Run)
 //
 // Returns {1, entries...} if this call settled the job (the outbox members
-// it recorded), {0} if it was already terminal (a no-op), {-1} if there is
-// no such row.
-var settleCmd = redis.NewScript(LuaTerminal + `
-local row = redis.call('HMGET', KEYS[1], 'status', 'id', 'notified', 'batch_id', 'wait_until')
+// it recorded), {0} if it was already terminal or the run is not the
+// latest (a no-op), {-1} if there is no such row.
+var settleCmd = redis.NewScript(LuaTerminal + LuaRun + `
+local row = redis.call('HMGET', KEYS[1], 'status', 'id', 'notified', 'batch_id', 'wait_until', 'generation', 'attempts')
 local st, id = row[1], row[2]
 if not st then return {-1} end
 if terminal(st) then return {0} end
+if not latestRun(ARGV[13], row[6], row[7]) then return {0} end
 local set = {'status', ARGV[1], 'has_result', ARGV[2], 'result', ARGV[3],
   'has_error', ARGV[4], 'error', ARGV[5], 'completed_at', ARGV[6]}
 if ARGV[11] == '1' then set[#set + 1] = 'hold_index'; set[#set + 1] = '1' end

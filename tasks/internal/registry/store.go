@@ -25,6 +25,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -270,9 +271,17 @@ func (s *Store) Start(ctx context.Context, tag, id string, now time.Time) (Start
 }
 
 // Requeue hands a running job back to queued while asynq waits to try it
-// again.
-func (s *Store) Requeue(ctx context.Context, tag, id string) error {
-	return unavailable("requeue job", s.w.Script(ctx, requeueCmd, []string{s.k.Job(tag, id)}).Err())
+// again, if run (nil: any) is still its latest.
+func (s *Store) Requeue(ctx context.Context, tag, id string, run *bgjobs.Run) error {
+	return unavailable("requeue job", s.w.Script(ctx, requeueCmd, []string{s.k.Job(tag, id)}, runArg(run)).Err())
+}
+
+// runArg is a run as the scripts take it (LuaRun): "" for any.
+func runArg(r *bgjobs.Run) string {
+	if r == nil {
+		return ""
+	}
+	return strconv.Itoa(r.Generation) + ":" + strconv.FormatInt(r.Attempt, 10)
 }
 
 // Settlement is one settle: how the job ended and what its settler decided
@@ -306,7 +315,7 @@ func (s *Store) Settle(ctx context.Context, st Settlement) ([]Entry, error) {
 	reply, err := s.w.Script(ctx, settleCmd, []string{s.k.Job(st.Tag, st.ID), s.k.Pending(st.Tag), s.k.Outbox(st.Tag)},
 		string(o.Status), boolStr(o.Result != nil), res, boolStr(o.Error != nil), errText,
 		ms(st.Now), int64(s.retention.Seconds()), s.k.sessionPrefix(st.Tag),
-		boolStr(st.Announce), boolStr(st.Index), boolStr(st.HoldForIndex), boolStr(st.Expire)).Slice()
+		boolStr(st.Announce), boolStr(st.Index), boolStr(st.HoldForIndex), boolStr(st.Expire), runArg(o.Run)).Slice()
 	if err != nil {
 		return nil, unavailable("settle job", err)
 	}
