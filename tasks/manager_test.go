@@ -1337,3 +1337,18 @@ func TestARetryOutlivesTheRunBeforeIt(t *testing.T) {
 	require.Len(t, ns, 1)
 	require.Equal(t, "completed", ns[0].Status)
 }
+
+// A work job that runs past the process's limit (BGJOBS_TURN_TIMEOUT, no
+// timeout_s of its own) fails "timed out", once: asynq's own timeout on
+// the task was the same length and, counted from the fetch, ended the run
+// first, which then read as a shutdown and was retried, each retry running
+// the whole limit again.
+func TestAWorkJobPastTheProcessLimitFails(t *testing.T) {
+	t.Parallel()
+	b := setup(t, func(c *bgjobs.Config, d *Deps) { c.RunTimeout = 2 * time.Second })
+	b.startWorker(t)
+	j := b.spawn(t, echoSpawn("chat-limit", "slow", 60000, false))
+	got := b.waitStatus(t, j.ID, bgjobs.StatusFailed, 60*time.Second)
+	require.Equal(t, "timed out after 2s", *got.Error)
+	require.Equal(t, 1, got.Attempts)
+}

@@ -136,8 +136,11 @@ type Engine struct {
 	aq   *asynq.Client
 	insp *asynq.Inspector
 	ns   string
-	// RunTimeout bounds a job's run; turn tasks allow an hour more for the
-	// wait under the global cap.
+	// RunTimeout bounds a job's run. bgjobs' own limit, counted from the
+	// run's start, must end a run before asynq's does, so the job fails
+	// "timed out" rather than being retried: work tasks give asynq a
+	// minute more, turn tasks an hour more for the wait under the global
+	// cap.
 	RunTimeout time.Duration
 	// ResumeRetries is a resume task's retry budget.
 	ResumeRetries int
@@ -177,7 +180,7 @@ func (e *Engine) EnqueueJob(ctx context.Context, j *bgjobs.Job) error {
 			asynq.MaxRetry(TurnMaxRetry), asynq.Timeout(e.RunTimeout+time.Hour), startAt(j))
 	} else {
 		t = asynq.NewTask(TypeWork, payload, asynq.TaskID(j.ID), asynq.Queue(e.QueueOf(j)),
-			asynq.MaxRetry(WorkMaxRetry), asynq.Timeout(e.RunTimeout), startAt(j))
+			asynq.MaxRetry(WorkMaxRetry), asynq.Timeout(e.RunTimeout+time.Minute), startAt(j))
 	}
 	if _, err := e.aq.EnqueueContext(ctx, t); err != nil {
 		if errors.Is(err, asynq.ErrTaskIDConflict) {
