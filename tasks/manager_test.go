@@ -1352,3 +1352,47 @@ func TestAWorkJobPastTheProcessLimitFails(t *testing.T) {
 	require.Equal(t, "timed out after 2s", *got.Error)
 	require.Equal(t, 1, got.Attempts)
 }
+
+// A run whose lease lapses (Redis out of reach past asynq's 30 s lease:
+// here paused 35 s) is run again, and the job completes: asynq cancels the
+// run's context as it does for a cancel, and the run once took that for
+// one, ending every running job "cancelled from the queue's tools".
+func TestALapsedLeaseRunsTheJobAgain(t *testing.T) {
+	if testing.Short() {
+		t.Skip("pauses a private redis-server for 35 s")
+	}
+	t.Parallel()
+	srv := testenv.StartRedisServer(t)
+	opt, err := redis.ParseURL(srv.URL())
+	require.NoError(t, err)
+	// Commands sent during the pause wait for its end rather than time out:
+	// the first run's late word reaches Redis, as it does after a stall
+	// shorter than the client's timeouts.
+	opt.ReadTimeout, opt.WriteTimeout = time.Minute, time.Minute
+	rdb := redis.NewClient(opt)
+	t.Cleanup(func() { _ = rdb.Close() })
+	kinds := work.NewKinds()
+	var runs atomic.Int32
+	kinds.Register(work.Kind{Name: "outlasted", Run: func(ctx context.Context, _ json.RawMessage) (string, error) {
+		if runs.Add(1) > 1 {
+			return "the second run's report", nil
+		}
+		<-ctx.Done()
+		return "", ctx.Err()
+	}})
+	b := setupOn(t, &testenv.Env{RDB: rdb, URL: srv.URL(), Namespace: testenv.NewNamespace()}, func(c *bgjobs.Config, d *Deps) { d.Kinds = kinds })
+	b.startWorker(t)
+	j := b.spawn(t, SpawnRequest{Agent: "alpha", OriginSession: "chat-lease", Kind: bgjobs.KindWork, Description: "outlasted",
+		Work: &bgjobs.WorkSpec{Type: "outlasted", Args: json.RawMessage(`{}`)}})
+	b.waitStatus(t, j.ID, bgjobs.StatusRunning, 30*time.Second)
+	require.NoError(t, rdb.Do(context.Background(), "CLIENT", "PAUSE", "35000", "ALL").Err())
+	var done *bgjobs.Job
+	testenv.Eventually(t, 3*time.Minute, "the job to end", func() bool {
+		done, err = b.m.Get(context.Background(), "alpha", j.ID)
+		require.NoError(t, err)
+		return done.Status.Terminal()
+	})
+	require.Equal(t, bgjobs.StatusCompleted, done.Status, "%v", done.Error)
+	require.Equal(t, "the second run's report", *done.Result)
+	require.Equal(t, int32(2), runs.Load())
+}

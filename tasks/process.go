@@ -90,6 +90,14 @@ func (m *Manager) ProcessTask(ctx context.Context, t *asynq.Task) error {
 		return err
 	}
 	if ctx.Err() != nil {
+		if errors.Is(ctx.Err(), context.Canceled) && !m.stopping.Load() &&
+			errors.Is(m.eng.Stops.Why(id, stopWordWait), asynq.ErrLeaseExpired) {
+			// asynq lost this run's lease (Redis out of reach, or this
+			// process stalled) and will run the task again: hand the row
+			// back for that run.
+			_ = m.store.Requeue(context.WithoutCancel(ctx), tag, id, run)
+			return ctx.Err()
+		}
 		if errors.Is(ctx.Err(), context.Canceled) && !m.stopping.Load() {
 			// Cancelled through bgjobs (the row is terminal already: a
 			// no-op) or from asynq's own tools (asynq task cancel,
@@ -119,6 +127,10 @@ func (m *Manager) ProcessTask(ctx context.Context, t *asynq.Task) error {
 	_, err = m.follow.Settle(ctx, j, bgjobs.Outcome{Status: bgjobs.StatusFailed, Error: &msg, Run: run})
 	return err
 }
+
+// stopWordWait bounds the wait for asynq's word on why it stopped a run,
+// which it gives as the run's context ends (engine.Stops).
+const stopWordWait = 2 * time.Second
 
 // stoppedBeforeStart handles a job that never got a slot: if the row ended
 // meanwhile (cancelled while queued) the task is done, otherwise asynq tries

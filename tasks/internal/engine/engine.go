@@ -136,6 +136,9 @@ type Engine struct {
 	aq   *asynq.Client
 	insp *asynq.Inspector
 	ns   string
+	// Stops is asynq's word on why it stopped a run (its servers' error
+	// handler).
+	Stops *Stops
 	// RunTimeout bounds a job's run. bgjobs' own limit, counted from the
 	// run's start, must end a run before asynq's does, so the job fails
 	// "timed out" rather than being retried: work tasks give asynq a
@@ -148,7 +151,7 @@ type Engine struct {
 
 // New returns an engine on an asynq client and inspector, in namespace ns.
 func New(aq *asynq.Client, insp *asynq.Inspector, ns string, runTimeout time.Duration, resumeRetries int) *Engine {
-	return &Engine{aq: aq, insp: insp, ns: ns, RunTimeout: runTimeout, ResumeRetries: resumeRetries}
+	return &Engine{aq: aq, insp: insp, ns: ns, Stops: &Stops{}, RunTimeout: runTimeout, ResumeRetries: resumeRetries}
 }
 
 // Inspector is asynq's inspector on the same Redis, for dashboards.

@@ -76,6 +76,7 @@ func (e *Engine) ServerConfigs(cfg bgjobs.Config, log *slog.Logger, notFailure e
 		RetryDelayFunc:           retryDelay,
 		Logger:                   asynqLogger{log.With(slog.String("component", "asynq"))},
 		LogLevel:                 asynq.WarnLevel,
+		ErrorHandler:             e.Stops,
 	}
 	server := func(queue string, concurrency int, poll time.Duration) asynq.Config {
 		c := base
