@@ -18,6 +18,16 @@ func decodeBody(c echo.Context, v any) error {
 	return decodeJSON(body, v)
 }
 
+// decodeOptionalBody is decodeBody for a body the caller may leave out:
+// with none, v stays as it is.
+func decodeOptionalBody(c echo.Context, v any) error {
+	body, err := incoming.Body(c)
+	if err != nil || len(body) == 0 {
+		return err
+	}
+	return decodeJSON(body, v)
+}
+
 // decodeJSON is decodeBody's pure half, fuzzed on its own.
 func decodeJSON(body []byte, v any) error { return jsonbody.Decode(body, v) }
 

@@ -182,10 +182,8 @@ func handleRetry(m *tasks.Manager) echo.HandlerFunc {
 			return err
 		}
 		var b retryBody
-		if c.Request().ContentLength != 0 {
-			if err := decodeBody(c, &b); err != nil {
-				return err
-			}
+		if err := decodeOptionalBody(c, &b); err != nil {
+			return err
 		}
 		j, err := m.RetryFor(c.Request().Context(), agent, c.Param("id"), b.Force)
 		if err != nil {

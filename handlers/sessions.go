@@ -92,10 +92,8 @@ func handleBusy(m *tasks.Manager) func(echo.Context, string) error {
 			return err
 		}
 		var b busyBody
-		if c.Request().ContentLength != 0 {
-			if err := decodeBody(c, &b); err != nil {
-				return err
-			}
+		if err := decodeOptionalBody(c, &b); err != nil {
+			return err
 		}
 		ttl := tasks.BusyTTLDefault
 		if b.TTLS != nil {

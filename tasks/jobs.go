@@ -152,10 +152,11 @@ func (m *Manager) Delete(ctx context.Context, agent, id string) error {
 // RetryFor is Retry of one of agent's own jobs: another agent's job does
 // not exist for it (404), as for Get.
 func (m *Manager) RetryFor(ctx context.Context, agent, id string, force bool) (*bgjobs.Job, error) {
-	if _, err := m.Get(ctx, agent, id); err != nil {
+	j, err := m.Get(ctx, agent, id)
+	if err != nil {
 		return nil, err
 	}
-	return m.Retry(ctx, id, force)
+	return m.retry(ctx, j, force)
 }
 
 // Retry runs an ended job again as a new attempt. A failed or cancelled job
@@ -166,22 +167,30 @@ func (m *Manager) Retry(ctx context.Context, id string, force bool) (*bgjobs.Job
 	if err != nil {
 		return nil, err
 	}
+	return m.retry(ctx, j, force)
+}
+
+// retry is Retry of the row j, read just before.
+func (m *Manager) retry(ctx context.Context, j *bgjobs.Job, force bool) (*bgjobs.Job, error) {
 	if err := m.store.Retry(ctx, j, force, m.now()); err != nil {
 		return nil, m.jobError(err, j)
 	}
 	m.eng.DeleteTask(j) // an archived leftover would hold the task id
-	// The row as the retry left it, queued: read once its task is in, a
-	// worker may have started or even ended it.
-	queued, err := m.Lookup(ctx, id)
+	// The row as the retry left it, queued: once its task is in, a worker
+	// may have started or even ended it.
+	queued, err := m.store.Load(ctx, bgjobs.Tag(j.Agent, j.OriginSession), j.ID)
 	if err != nil {
 		return nil, err
+	}
+	if queued == nil {
+		return nil, bgjobs.Errorf(bgjobs.ENotFound, "no job %s", j.ID) // deleted meanwhile
 	}
 	if err := m.eng.EnqueueJob(ctx, j); err != nil {
 		msg := "retry could not be queued: " + err.Error()
 		_, _ = m.follow.Settle(ctx, j, bgjobs.Outcome{Status: bgjobs.StatusFailed, Error: &msg})
 		return nil, err
 	}
-	m.log.Info("job retried", "job_id", id, "agent", j.Agent)
+	m.log.Info("job retried", "job_id", j.ID, "agent", j.Agent)
 	return queued, nil
 }
 

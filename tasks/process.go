@@ -90,15 +90,14 @@ func (m *Manager) ProcessTask(ctx context.Context, t *asynq.Task) error {
 		return err
 	}
 	if ctx.Err() != nil {
-		if errors.Is(ctx.Err(), context.Canceled) && !m.stopping.Load() &&
-			errors.Is(m.eng.Stops.Why(id, stopWordWait), asynq.ErrLeaseExpired) {
-			// asynq lost this run's lease (Redis out of reach, or this
-			// process stalled) and will run the task again: hand the row
-			// back for that run.
-			_ = m.store.Requeue(context.WithoutCancel(ctx), tag, id, run)
-			return ctx.Err()
-		}
 		if errors.Is(ctx.Err(), context.Canceled) && !m.stopping.Load() {
+			if errors.Is(m.eng.Stops.Why(id, stopWordWait), asynq.ErrLeaseExpired) {
+				// asynq lost this run's lease (Redis out of reach, or this
+				// process stalled) and will run the task again: hand the
+				// row back for that run.
+				_ = m.store.Requeue(context.WithoutCancel(ctx), tag, id, run)
+				return ctx.Err()
+			}
 			// Cancelled through bgjobs (the row is terminal already: a
 			// no-op) or from asynq's own tools (asynq task cancel,
 			// asynqmon): either way the job ends cancelled, and the retry

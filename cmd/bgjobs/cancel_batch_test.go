@@ -98,6 +98,8 @@ func TestCancelABatch(t *testing.T) {
 	rest := client{t: t, base: base, key: "ka"}
 	code, e := rest.do("POST", "/v1/batches/bt-zz/cancel", nil)
 	require.Equal(t, http.StatusBadRequest, code, "%v", e)
+	require.Equal(t, map[string]any{"code": "invalid_argument", "field": "id", "message": "batch ids look like bt-0123456789ab"}, e["error"])
 	code, e = rest.do("POST", "/v1/batches/bt-000000000000/cancel", nil)
 	require.Equal(t, http.StatusNotFound, code, "%v", e)
+	require.Equal(t, map[string]any{"code": "not_found", "message": "no batch bt-000000000000"}, e["error"])
 }
